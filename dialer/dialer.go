@@ -1,0 +1,170 @@
+// Package dialer is the drop-in replacement for net.Dial: the same functions
+// and a Dialer with net.Dialer's fields, running over a polarnet Stack when
+// one is configured and over Go's net otherwise.
+package dialer
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/polarnet/polarnet/internal/netaddr"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+// Dialer mirrors net.Dialer. Its zero value dials through the default stack
+// (polarnet.Default: SetDefault or the POLARNET_* environment), or through
+// Go's net when there is none.
+type Dialer struct {
+	// Timeout bounds the whole dial, name resolution included. Zero: none
+	// (the operating system's, with Go's net).
+	Timeout time.Duration
+	// Deadline is an absolute time after which dials fail.
+	Deadline time.Time
+	// LocalAddr is the local address to dial from, a *net.TCPAddr or
+	// *net.UDPAddr matching the network. Nil: chosen automatically.
+	LocalAddr net.Addr
+	// KeepAlive is the keep-alive period of TCP conns: zero means 15s,
+	// negative disables keep-alive unless KeepAliveConfig.Enable is set.
+	KeepAlive time.Duration
+	// KeepAliveConfig, when Enable is true, configures keep-alive in full;
+	// zero fields take KeepAlive or the defaults (15s, 15s, 9).
+	KeepAliveConfig net.KeepAliveConfig
+	// Resolver resolves host names. Nil: the stack's (Stack.Resolver), or
+	// net.DefaultResolver for Go's net.
+	Resolver *net.Resolver
+	// Stack is the stack to dial through. Nil: polarnet.Default().
+	Stack *polarnet.Stack
+}
+
+// Dial connects to address on the named network through the default stack.
+func Dial(network, address string) (net.Conn, error) {
+	var d Dialer
+	return d.Dial(network, address)
+}
+
+// DialTimeout is Dial with a timeout.
+func DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	d := Dialer{Timeout: timeout}
+	return d.Dial(network, address)
+}
+
+// DialContext is Dial with a context.
+func DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var d Dialer
+	return d.DialContext(ctx, network, address)
+}
+
+// Dial connects to address on the named network.
+func (d *Dialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+// DialContext connects to address on the named network (tcp, tcp4, tcp6,
+// udp, udp4, udp6) within ctx. Errors are *net.OpError as with net.Dialer.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	st := d.Stack
+	if st == nil {
+		var err error
+		if st, err = polarnet.Default(); err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+	}
+	if st == nil {
+		return d.kernel().DialContext(ctx, network, address)
+	}
+	n, err := netaddr.ParseNetwork(network)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	if deadline, ok := d.deadline(time.Now()); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	var laddr netip.AddrPort
+	if d.LocalAddr != nil {
+		var ok bool
+		if laddr, ok = netaddr.AddrPortOf(d.LocalAddr, n.Proto); !ok {
+			return nil, &net.OpError{Op: "dial", Net: network, Source: d.LocalAddr, Err: &net.AddrError{Err: "mismatched local address type", Addr: d.LocalAddr.String()}}
+		}
+	}
+	resolver := d.Resolver
+	if resolver == nil {
+		resolver = st.Resolver()
+	}
+	addrs, err := netaddr.Resolve(ctx, resolver, n, address, localAddrs(st))
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: mapResolveErr(err)}
+	}
+	var first error
+	for _, raddr := range addrs {
+		c, err := d.dialOne(ctx, st, n, laddr, raddr)
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, first
+}
+
+func (d *Dialer) dialOne(ctx context.Context, st *polarnet.Stack, n netaddr.Network, laddr, raddr netip.AddrPort) (net.Conn, error) {
+	if n.Proto == "udp" {
+		return st.DialUDP(n.Name, laddr, raddr)
+	}
+	c, err := st.DialTCP(ctx, n.Name, laddr, raddr)
+	if err != nil {
+		return nil, err
+	}
+	if ka, ok := netaddr.KeepAlive(d.KeepAlive, d.KeepAliveConfig); ok {
+		c.SetKeepAliveConfig(ka)
+	}
+	return c, nil
+}
+
+// deadline is the earlier of Deadline and now+Timeout, as in net.Dialer.
+func (d *Dialer) deadline(now time.Time) (time.Time, bool) {
+	var earliest time.Time
+	if d.Timeout != 0 {
+		earliest = now.Add(d.Timeout)
+	}
+	if !d.Deadline.IsZero() && (earliest.IsZero() || d.Deadline.Before(earliest)) {
+		earliest = d.Deadline
+	}
+	return earliest, !earliest.IsZero()
+}
+
+func (d *Dialer) kernel() *net.Dialer {
+	return &net.Dialer{
+		Timeout:         d.Timeout,
+		Deadline:        d.Deadline,
+		LocalAddr:       d.LocalAddr,
+		KeepAlive:       d.KeepAlive,
+		KeepAliveConfig: d.KeepAliveConfig,
+		Resolver:        d.Resolver,
+	}
+}
+
+// localAddrs are what an empty host means for a dial: the stack itself.
+func localAddrs(st *polarnet.Stack) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range st.Addrs() {
+		out = append(out, p.Addr())
+	}
+	return out
+}
+
+// mapResolveErr reports a context that ended during resolution as net does.
+func mapResolveErr(err error) error {
+	switch err {
+	case context.Canceled, context.DeadlineExceeded:
+		return polarnet.ContextError(err)
+	}
+	return err
+}

@@ -1,0 +1,63 @@
+// Package leakcheck asserts that a test left no goroutines or file
+// descriptors behind.
+package leakcheck
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Snapshot records the goroutines and open fds at the start of a test.
+type Snapshot struct {
+	goroutines int
+	fds        int
+}
+
+// Take records the current counts.
+func Take() Snapshot {
+	return Snapshot{goroutines: runtime.NumGoroutine(), fds: countFDs()}
+}
+
+// Check fails t if, within a few seconds, the counts have not come back to
+// the snapshot's. Goroutines that end asynchronously (timers, the runtime)
+// get that long to finish.
+func (s Snapshot) Check(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g, f := runtime.NumGoroutine(), countFDs()
+		if g <= s.goroutines && f <= s.fds {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			t.Errorf("leak: %d goroutines (was %d), %d fds (was %d)\n%s", g, s.goroutines, f, s.fds, interesting(string(buf[:n])))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func countFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
+}
+
+// interesting drops the goroutines every test binary has.
+func interesting(stacks string) string {
+	var keep []string
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "testing.(*T).Run") || strings.Contains(g, "testing.tRunner") && strings.Contains(g, "runtime.Stack") {
+			continue
+		}
+		keep = append(keep, g)
+	}
+	return strings.Join(keep, "\n\n")
+}

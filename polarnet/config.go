@@ -1,0 +1,209 @@
+package polarnet
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Config configures a Stack. The zero value of every field is a documented
+// default; only Link and at least one address are required.
+type Config struct {
+	// Link is the device the stack runs on. Required. The stack owns it from
+	// New on and closes it in Close (also when New fails).
+	Link Link
+
+	// Addrs are the stack's IPv4 and IPv6 addresses with their prefix
+	// length, e.g. 198.18.0.2/24 and fd00:198:18::2/64. At least one.
+	Addrs []netip.Prefix
+
+	// Gateway4 and Gateway6 are default gateways; zero means on-link
+	// destinations only.
+	Gateway4, Gateway6 netip.Addr
+
+	// DNS lists name servers queried through the stack. Zero: the system
+	// resolver, through the kernel.
+	DNS []netip.AddrPort
+
+	// MTU overrides the link's MTU (it may only lower it). Zero: the link's.
+	MTU int
+
+	// Poll selects how pollers wait for frames. Zero: PollAdaptive.
+	Poll PollMode
+
+	// SpinBudget is how long an adaptive poller keeps polling an empty
+	// queue before it sleeps. Zero: 50µs. Ignored by the other modes.
+	SpinBudget time.Duration
+
+	// TCP tunes the TCP protocol.
+	TCP TCPConfig
+}
+
+// PollMode says what a shard's poller does when its RX queue is empty.
+type PollMode uint8
+
+const (
+	// PollAdaptive polls for SpinBudget, then sleeps in the Go netpoller
+	// until the queue has frames: low latency under load, near-zero CPU
+	// when idle. The default.
+	PollAdaptive PollMode = iota
+	// PollBusy never sleeps: the poller keeps one core busy (yielding to
+	// other goroutines between polls). For dedicated cores, as with DPDK.
+	PollBusy
+	// PollBlocking sleeps as soon as the queue is empty.
+	PollBlocking
+)
+
+func (m PollMode) String() string {
+	switch m {
+	case PollAdaptive:
+		return "adaptive"
+	case PollBusy:
+		return "busy"
+	case PollBlocking:
+		return "blocking"
+	}
+	return fmt.Sprintf("PollMode(%d)", uint8(m))
+}
+
+// TCPConfig tunes TCP. Zero values are the defaults given per field.
+type TCPConfig struct {
+	// CongestionControl is "cubic" or "reno". Zero: "cubic".
+	CongestionControl string
+
+	// SendBuffer and ReceiveBuffer are the per-connection buffer ranges
+	// (receive buffers auto-tune within theirs). Zero fields take
+	// 4 KiB min, 1 MiB default, 4 MiB max for sending and
+	// 4 KiB, 1 MiB, 8 MiB for receiving.
+	SendBuffer, ReceiveBuffer BufferRange
+
+	// Recovery selects loss recovery. Zero: RecoverySACK.
+	Recovery LossRecovery
+
+	// MinRTO is the minimum retransmission timeout. Zero: 200ms.
+	MinRTO time.Duration
+
+	// KeepAlive is applied to connections that enable keep-alive without
+	// their own settings. Zero fields take Go's net defaults: 15s idle,
+	// 15s interval, 9 probes.
+	KeepAlive KeepAliveDefaults
+}
+
+// BufferRange is a minimum, default and maximum buffer size in bytes.
+type BufferRange struct {
+	Min, Default, Max int
+}
+
+// KeepAliveDefaults are the keep-alive timings used when a connection
+// enables keep-alive without choosing them.
+type KeepAliveDefaults struct {
+	Idle, Interval time.Duration
+	Count          int
+}
+
+// LossRecovery selects the TCP loss-recovery algorithm.
+type LossRecovery uint8
+
+const (
+	// RecoverySACK is SACK-based recovery (RFC 6675) with fast retransmit on
+	// duplicate ACKs. The default: RACK's tail-loss probes fire spuriously
+	// at the microsecond round-trip times polarnet runs at (design.md).
+	RecoverySACK LossRecovery = iota
+	// RecoveryRACK is RACK-TLP (RFC 8985), gVisor's own default.
+	RecoveryRACK
+)
+
+const (
+	defaultSpinBudget = 50 * time.Microsecond
+	defaultCongestion = "cubic"
+	defaultMinRTO     = 200 * time.Millisecond
+	defaultKAIdle     = 15 * time.Second
+	defaultKAInterval = 15 * time.Second
+	defaultKACount    = 9
+)
+
+var (
+	defaultSendBuffer    = BufferRange{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
+	defaultReceiveBuffer = BufferRange{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+)
+
+// withDefaults returns cfg with zero fields replaced by their defaults, or an
+// error naming the first invalid field.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Link == nil {
+		return cfg, fmt.Errorf("polarnet: Config.Link is required")
+	}
+	if len(cfg.Addrs) == 0 {
+		return cfg, fmt.Errorf("polarnet: Config.Addrs needs at least one address")
+	}
+	for _, p := range cfg.Addrs {
+		if !p.IsValid() || p.Addr().Zone() != "" {
+			return cfg, fmt.Errorf("polarnet: invalid address %v", p)
+		}
+	}
+	for _, gw := range []netip.Addr{cfg.Gateway4, cfg.Gateway6} {
+		if gw.IsValid() && (gw == cfg.Gateway4) != gw.Is4() {
+			return cfg, fmt.Errorf("polarnet: gateway %v has the wrong address family", gw)
+		}
+	}
+	info := cfg.Link.Info()
+	switch {
+	case cfg.MTU == 0:
+		cfg.MTU = info.MTU
+	case cfg.MTU < 576 || cfg.MTU > info.MTU:
+		return cfg, fmt.Errorf("polarnet: MTU %d outside 576..%d (the link's)", cfg.MTU, info.MTU)
+	}
+	if cfg.Poll > PollBlocking {
+		return cfg, fmt.Errorf("polarnet: unknown poll mode %v", cfg.Poll)
+	}
+	if cfg.SpinBudget == 0 {
+		cfg.SpinBudget = defaultSpinBudget
+	}
+	t := &cfg.TCP
+	switch t.CongestionControl {
+	case "":
+		t.CongestionControl = defaultCongestion
+	case "cubic", "reno":
+	default:
+		return cfg, fmt.Errorf("polarnet: unknown congestion control %q (cubic or reno)", t.CongestionControl)
+	}
+	var err error
+	if t.SendBuffer, err = t.SendBuffer.withDefaults(defaultSendBuffer); err != nil {
+		return cfg, fmt.Errorf("polarnet: send buffer: %w", err)
+	}
+	if t.ReceiveBuffer, err = t.ReceiveBuffer.withDefaults(defaultReceiveBuffer); err != nil {
+		return cfg, fmt.Errorf("polarnet: receive buffer: %w", err)
+	}
+	if t.Recovery > RecoveryRACK {
+		return cfg, fmt.Errorf("polarnet: unknown loss recovery %d", t.Recovery)
+	}
+	if t.MinRTO == 0 {
+		t.MinRTO = defaultMinRTO
+	}
+	if t.KeepAlive.Idle == 0 {
+		t.KeepAlive.Idle = defaultKAIdle
+	}
+	if t.KeepAlive.Interval == 0 {
+		t.KeepAlive.Interval = defaultKAInterval
+	}
+	if t.KeepAlive.Count == 0 {
+		t.KeepAlive.Count = defaultKACount
+	}
+	return cfg, nil
+}
+
+func (r BufferRange) withDefaults(def BufferRange) (BufferRange, error) {
+	if r.Min == 0 {
+		r.Min = def.Min
+	}
+	if r.Default == 0 {
+		r.Default = max(def.Default, r.Min)
+	}
+	if r.Max == 0 {
+		r.Max = max(def.Max, r.Default)
+	}
+	if r.Min <= 0 || r.Min > r.Default || r.Default > r.Max {
+		return r, fmt.Errorf("need 0 < min <= default <= max, have %d/%d/%d", r.Min, r.Default, r.Max)
+	}
+	return r, nil
+}

@@ -1,0 +1,274 @@
+package polarnet_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/polarnet/polarnet/internal/leakcheck"
+	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+func TestTransferByteExact(t *testing.T) {
+	sizes := []int64{1, 64 << 10, 64 << 20}
+	if testing.Short() {
+		sizes = sizes[:2]
+	}
+	for _, mtu := range []int{1500, 65000} {
+		a, b := newPair(t, linktest.PipeConfig{MTU: mtu})
+		for _, size := range sizes {
+			for _, server := range []netip.Addr{addrB.Addr(), addrB6.Addr()} {
+				if server.Is6() && size > 1<<20 {
+					continue // IPv6 differs only in headers; keep the run short
+				}
+				client, srv := connPair(t, a, b, server)
+				upWant, _, _ := hashOf(newPattern(size, 1))
+				downWant, _, _ := hashOf(newPattern(size, 2))
+				type result struct {
+					sum [32]byte
+					n   int64
+					err error
+				}
+				up := make(chan result, 1)
+				go func() {
+					sum, n, err := hashOf(srv)
+					if err == nil {
+						_, err = io.Copy(srv, newPattern(size, 2))
+					}
+					if err == nil {
+						err = srv.CloseWrite()
+					}
+					up <- result{sum, n, err}
+				}()
+				_, err := io.Copy(client, newPattern(size, 1))
+				require.NoError(t, err)
+				require.NoError(t, client.CloseWrite())
+				downSum, downN, err := hashOf(client)
+				require.NoError(t, err)
+				r := <-up
+				require.NoError(t, r.err)
+				assert.Equal(t, size, r.n, "mtu %d size %d upload length", mtu, size)
+				assert.Equal(t, upWant, r.sum, "mtu %d size %d upload hash", mtu, size)
+				assert.Equal(t, size, downN, "mtu %d size %d download length", mtu, size)
+				assert.Equal(t, downWant, downSum, "mtu %d size %d download hash", mtu, size)
+			}
+		}
+	}
+}
+
+func TestNetTestConn(t *testing.T) {
+	a, b := newPair(t, linktest.PipeConfig{})
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		client, srv := connPair(t, a, b, addrB.Addr())
+		return client, srv, func() { client.Close(); srv.Close() }, nil
+	})
+}
+
+func TestUDPEcho(t *testing.T) {
+	a, b := newPair(t, linktest.PipeConfig{})
+	for _, server := range []netip.Addr{addrB.Addr(), addrB6.Addr()} {
+		srv, err := b.ListenUDP("udp", netip.AddrPortFrom(server, 0))
+		require.NoError(t, err)
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := srv.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
+				}
+				srv.WriteToUDPAddrPort(buf[:n], from)
+			}
+		}()
+		c, err := a.DialUDP("udp", netip.AddrPort{}, srv.LocalAddr().(*net.UDPAddr).AddrPort())
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+		for _, msg := range []string{"x", "hello polarnet", string(make([]byte, 1400))} {
+			_, err := c.Write([]byte(msg))
+			require.NoError(t, err)
+			buf := make([]byte, 2048)
+			n, err := c.Read(buf)
+			require.NoError(t, err)
+			assert.Equal(t, msg, string(buf[:n]))
+		}
+		// A datagram longer than the buffer is truncated, as with the kernel.
+		_, err = c.Write([]byte("0123456789"))
+		require.NoError(t, err)
+		small := make([]byte, 4)
+		n, err := c.Read(small)
+		require.NoError(t, err)
+		assert.Equal(t, "0123", string(small[:n]))
+		c.Close()
+		srv.Close()
+	}
+}
+
+func TestConnErrors(t *testing.T) {
+	a, b := newPair(t, linktest.PipeConfig{})
+	ctx := t.Context()
+	closedPort := netip.AddrPortFrom(addrB.Addr(), 9)
+
+	t.Run("refused", func(t *testing.T) {
+		_, err := a.DialTCP(ctx, "tcp", netip.AddrPort{}, closedPort)
+		var op *net.OpError
+		require.ErrorAs(t, err, &op)
+		assert.Equal(t, "dial", op.Op)
+		assert.Equal(t, "tcp", op.Net)
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+		assert.Equal(t, "dial tcp 198.18.0.2:9: connect: connection refused", err.Error())
+	})
+	t.Run("canceled", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := a.DialTCP(cctx, "tcp", netip.AddrPort{}, closedPort)
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+	t.Run("read deadline", func(t *testing.T) {
+		c, _ := connPair(t, a, b, addrB.Addr())
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+		_, err := c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		assert.True(t, ne.Timeout())
+	})
+	t.Run("eof", func(t *testing.T) {
+		c, s := connPair(t, a, b, addrB.Addr())
+		require.NoError(t, s.CloseWrite())
+		_, err := c.Read(make([]byte, 1))
+		assert.Equal(t, io.EOF, err)
+	})
+	t.Run("reset", func(t *testing.T) {
+		c, s := connPair(t, a, b, addrB.Addr())
+		require.NoError(t, s.SetLinger(0))
+		require.NoError(t, s.Close())
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err := c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, syscall.ECONNRESET)
+		var op *net.OpError
+		require.ErrorAs(t, err, &op)
+		assert.Equal(t, "read", op.Op)
+	})
+	t.Run("closed", func(t *testing.T) {
+		c, _ := connPair(t, a, b, addrB.Addr())
+		require.NoError(t, c.Close())
+		_, err := c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, net.ErrClosed)
+		_, err = c.Write([]byte("x"))
+		assert.ErrorIs(t, err, net.ErrClosed)
+		assert.ErrorIs(t, c.Close(), net.ErrClosed)
+	})
+	t.Run("closed listener", func(t *testing.T) {
+		ln, err := b.ListenTCP("tcp", netip.AddrPort{}, 0, net.KeepAliveConfig{})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { _, err := ln.Accept(); done <- err }()
+		time.Sleep(10 * time.Millisecond)
+		require.NoError(t, ln.Close())
+		err = <-done
+		var op *net.OpError
+		require.ErrorAs(t, err, &op)
+		assert.Equal(t, "accept", op.Op)
+		assert.ErrorIs(t, err, net.ErrClosed)
+	})
+}
+
+func TestBadFramesAreDroppedAndCounted(t *testing.T) {
+	la, raw := linktest.Pipe(linktest.PipeConfig{MTU: 9000})
+	s := newStack(t, la, addrA, addrA6, func(c *polarnet.Config) { c.MTU = 1500 })
+	q := raw.Queues()[0]
+	send := func(frames ...[]byte) {
+		tx := make([]polarnet.TxFrame, len(frames))
+		for i, f := range frames {
+			tx[i] = polarnet.TxFrame{Segs: [][]byte{f}}
+		}
+		n, err := q.WriteBurst(tx)
+		require.NoError(t, err)
+		require.Equal(t, len(frames), n)
+	}
+	before := s.Stats().Total
+	send(make([]byte, 5), make([]byte, 13)) // shorter than an Ethernet header
+	oversize := make([]byte, 3000)
+	oversize[12], oversize[13] = 0x08, 0x00
+	send(oversize)
+	// Garbage of every length behind valid Ethernet headers, IPv4 and IPv6.
+	state := uint32(7)
+	for n := 14; n < 1514; n += 37 {
+		f := make([]byte, n)
+		for i := range f {
+			state = state*1664525 + 1013904223
+			f[i] = byte(state >> 24)
+		}
+		copy(f, la.Info().MAC)
+		f[12], f[13] = 0x08, 0x00
+		if n%2 == 0 {
+			f[12], f[13] = 0x86, 0xdd
+		}
+		send(f)
+	}
+	require.Eventually(t, func() bool {
+		st := s.Stats().Total
+		return st.RxFrames-before.RxFrames == 3+uint64((1514-14+36)/37)
+	}, 5*time.Second, 10*time.Millisecond)
+	st := s.Stats().Total
+	assert.Equal(t, uint64(2), st.RxBadFrame-before.RxBadFrame)
+	assert.Equal(t, uint64(1), st.RxOversize-before.RxOversize)
+}
+
+func TestCloseLeavesNothingBehind(t *testing.T) {
+	snap := leakcheck.Take()
+	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	cfg := func(l polarnet.Link, p netip.Prefix) polarnet.Config {
+		return polarnet.Config{Link: l, Addrs: []netip.Prefix{p}}
+	}
+	a, err := polarnet.New(cfg(la, addrA))
+	require.NoError(t, err)
+	b, err := polarnet.New(cfg(lb, addrB))
+	require.NoError(t, err)
+	ln, err := b.ListenTCP("tcp", netip.AddrPort{}, 0, net.KeepAliveConfig{})
+	require.NoError(t, err)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c)
+		}
+	}()
+	server := netip.AddrPortFrom(addrB.Addr(), ln.Addr().(*net.TCPAddr).AddrPort().Port())
+	var conns []*polarnet.TCPConn
+	for range 8 {
+		c, err := a.DialTCP(t.Context(), "tcp", netip.AddrPort{}, server)
+		require.NoError(t, err)
+		_, err = c.Write([]byte("ping"))
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, make([]byte, 4))
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	// Some conns closed by the app, the rest left to Stack.Close.
+	for _, c := range conns[:4] {
+		c.Close()
+	}
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+	_, err = a.DialTCP(t.Context(), "tcp", netip.AddrPort{}, server)
+	assert.ErrorIs(t, err, net.ErrClosed)
+	_, err = conns[5].Read(make([]byte, 1))
+	assert.True(t, errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECONNRESET) || err == io.EOF, "read after stack close: %v", err)
+	for _, c := range conns[4:] {
+		c.Close()
+	}
+	snap.Check(t)
+}

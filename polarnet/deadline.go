@@ -1,0 +1,74 @@
+package polarnet
+
+import (
+	"sync"
+	"time"
+)
+
+// deadline is one direction's deadline of a conn: a channel that is closed
+// when the deadline passes, so blocked operations can select on it.
+type deadline struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	expired chan struct{}
+	at      time.Time
+}
+
+func newDeadline() *deadline { return &deadline{expired: make(chan struct{})} }
+
+// set moves the deadline; the zero time removes it. An operation blocked on
+// the old channel wakes only if the new deadline has already passed.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	if isClosed(d.expired) {
+		d.expired = make(chan struct{})
+	}
+	d.at = t
+	if t.IsZero() {
+		return
+	}
+	wait := time.Until(t)
+	if wait <= 0 {
+		close(d.expired)
+		return
+	}
+	ch := d.expired
+	d.timer = time.AfterFunc(wait, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.expired == ch && !isClosed(ch) {
+			close(ch)
+		}
+	})
+}
+
+// done returns the channel that is closed when the current deadline passes.
+func (d *deadline) done() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.expired
+}
+
+// stop releases the timer.
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,262 @@
+package polarnet
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// LinkParams are the link settings that can come from the environment.
+type LinkParams struct {
+	// Device is the interface name (POLARNET_DEVICE).
+	Device string
+	// Queues is the number of queue pairs; zero is the link's default
+	// (POLARNET_QUEUES).
+	Queues int
+	// MTU is the link MTU; zero is the link's default (POLARNET_MTU).
+	MTU int
+	// Options are link-specific settings (POLARNET_LINK_OPTIONS, "k=v,k=v").
+	Options map[string]string
+}
+
+// LinkOpener opens a link from LinkParams.
+type LinkOpener func(LinkParams) (Link, error)
+
+var (
+	registryMu sync.Mutex
+	registry   = map[string]LinkOpener{}
+)
+
+// RegisterLink makes a link kind available to POLARNET_LINK. Link packages
+// call it from init, so importing one (dialer and listener import the pure-Go
+// links) is what makes it selectable.
+func RegisterLink(kind string, open LinkOpener) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	registry[kind] = open
+}
+
+// OpenLink opens a registered link kind.
+func OpenLink(kind string, p LinkParams) (Link, error) {
+	registryMu.Lock()
+	open, ok := registry[kind]
+	kinds := make([]string, 0, len(registry))
+	for k := range registry {
+		kinds = append(kinds, k)
+	}
+	registryMu.Unlock()
+	if !ok {
+		sort.Strings(kinds)
+		return nil, fmt.Errorf("polarnet: unknown link %q (available: %s): %w", kind, strings.Join(kinds, ", "), ErrNotSupported)
+	}
+	return open(p)
+}
+
+// FallbackPolicy says what happens when the configured link cannot open.
+type FallbackPolicy uint8
+
+const (
+	// FallbackKernel logs the error once and uses Go's net. The default:
+	// the same binary keeps working on hosts without the fast link.
+	FallbackKernel FallbackPolicy = iota
+	// FallbackFail makes every dial and listen return the error.
+	FallbackFail
+)
+
+// EnvConfig is what the environment asks for.
+type EnvConfig struct {
+	// Kind is the link kind; empty means no stack (the kernel).
+	Kind     string
+	Params   LinkParams
+	Config   Config
+	Fallback FallbackPolicy
+}
+
+// The environment variables an existing binary is switched with.
+const (
+	EnvLink        = "POLARNET_LINK"         // link kind: "tap", ...; empty or "kernel": Go's net
+	EnvDevice      = "POLARNET_DEVICE"       // interface name, e.g. "tap0"
+	EnvQueues      = "POLARNET_QUEUES"       // queue pairs
+	EnvMTU         = "POLARNET_MTU"          // MTU
+	EnvLinkOptions = "POLARNET_LINK_OPTIONS" // link-specific "k=v,k=v"
+	EnvAddr        = "POLARNET_ADDR"         // addresses with prefix, comma-separated
+	EnvGateway     = "POLARNET_GATEWAY"      // default gateways, comma-separated
+	EnvDNS         = "POLARNET_DNS"          // DNS servers (addr or addr:port), comma-separated
+	EnvPoll        = "POLARNET_POLL"         // adaptive, busy or blocking
+	EnvFallback    = "POLARNET_FALLBACK"     // kernel (default) or fail
+)
+
+// ParseEnv reads the POLARNET_* variables through getenv (os.Getenv when nil).
+func ParseEnv(getenv func(string) string) (EnvConfig, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var ec EnvConfig
+	switch v := strings.TrimSpace(getenv(EnvFallback)); v {
+	case "", "kernel":
+	case "fail":
+		ec.Fallback = FallbackFail
+	default:
+		return ec, fmt.Errorf("polarnet: %s=%q: want kernel or fail", EnvFallback, v)
+	}
+	ec.Kind = strings.TrimSpace(getenv(EnvLink))
+	if ec.Kind == "" || ec.Kind == "kernel" {
+		ec.Kind = ""
+		return ec, nil
+	}
+	p := &ec.Params
+	p.Device = strings.TrimSpace(getenv(EnvDevice))
+	var err error
+	if p.Queues, err = envInt(getenv, EnvQueues); err != nil {
+		return ec, err
+	}
+	if p.MTU, err = envInt(getenv, EnvMTU); err != nil {
+		return ec, err
+	}
+	if p.Options, err = parseOptions(getenv(EnvLinkOptions)); err != nil {
+		return ec, err
+	}
+	cfg := &ec.Config
+	for _, s := range splitList(getenv(EnvAddr)) {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return ec, fmt.Errorf("polarnet: %s: %w", EnvAddr, err)
+		}
+		cfg.Addrs = append(cfg.Addrs, pfx)
+	}
+	if len(cfg.Addrs) == 0 {
+		return ec, fmt.Errorf("polarnet: %s=%s needs %s (e.g. 198.18.0.2/24)", EnvLink, ec.Kind, EnvAddr)
+	}
+	for _, s := range splitList(getenv(EnvGateway)) {
+		gw, err := netip.ParseAddr(s)
+		if err != nil {
+			return ec, fmt.Errorf("polarnet: %s: %w", EnvGateway, err)
+		}
+		if gw.Is4() {
+			cfg.Gateway4 = gw
+		} else {
+			cfg.Gateway6 = gw
+		}
+	}
+	for _, s := range splitList(getenv(EnvDNS)) {
+		ap, err := parseDNSServer(s)
+		if err != nil {
+			return ec, fmt.Errorf("polarnet: %s: %w", EnvDNS, err)
+		}
+		cfg.DNS = append(cfg.DNS, ap)
+	}
+	switch v := strings.TrimSpace(getenv(EnvPoll)); v {
+	case "", "adaptive":
+	case "busy":
+		cfg.Poll = PollBusy
+	case "blocking":
+		cfg.Poll = PollBlocking
+	default:
+		return ec, fmt.Errorf("polarnet: %s=%q: want adaptive, busy or blocking", EnvPoll, v)
+	}
+	return ec, nil
+}
+
+func envInt(getenv func(string) string, name string) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("polarnet: %s=%q: want a non-negative integer", name, v)
+	}
+	return n, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseOptions(s string) (map[string]string, error) {
+	opts := map[string]string{}
+	for _, kv := range splitList(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("polarnet: %s: %q is not key=value", EnvLinkOptions, kv)
+		}
+		opts[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return opts, nil
+}
+
+func parseDNSServer(s string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(a, 53), nil
+}
+
+var defaultStack struct {
+	sync.Mutex
+	set   bool
+	stack *Stack
+	err   error
+}
+
+// SetDefault makes s the stack that dialer and listener use when none is
+// given; nil means Go's net. It overrides the environment.
+func SetDefault(s *Stack) {
+	defaultStack.Lock()
+	defer defaultStack.Unlock()
+	defaultStack.set, defaultStack.stack, defaultStack.err = true, s, nil
+}
+
+// Default returns the default stack: the one given to SetDefault, else one
+// built once from the environment. (nil, nil) means use Go's net: nothing is
+// configured, or the link failed to open under FallbackKernel (logged once
+// with slog). Under FallbackFail a link that cannot open is an error.
+func Default() (*Stack, error) {
+	defaultStack.Lock()
+	defer defaultStack.Unlock()
+	if !defaultStack.set {
+		defaultStack.set = true
+		defaultStack.stack, defaultStack.err = stackFromEnv(os.Getenv)
+	}
+	return defaultStack.stack, defaultStack.err
+}
+
+func stackFromEnv(getenv func(string) string) (*Stack, error) {
+	ec, err := ParseEnv(getenv)
+	if err != nil || ec.Kind == "" {
+		return nil, err
+	}
+	s, err := openEnvStack(ec)
+	if err == nil {
+		return s, nil
+	}
+	if ec.Fallback == FallbackFail {
+		return nil, err
+	}
+	slog.Warn("polarnet: falling back to the kernel's TCP/IP", "link", ec.Kind, "device", ec.Params.Device, "err", err)
+	return nil, nil
+}
+
+func openEnvStack(ec EnvConfig) (*Stack, error) {
+	link, err := OpenLink(ec.Kind, ec.Params)
+	if err != nil {
+		return nil, err
+	}
+	ec.Config.Link = link
+	return New(ec.Config)
+}

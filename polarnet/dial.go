@@ -1,0 +1,215 @@
+package polarnet
+
+import (
+	"context"
+	"net"
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// DialTCP connects to raddr. network ("tcp", "tcp4" or "tcp6") only names
+// the network in errors; the address family comes from raddr. laddr may be
+// the zero value (any address, an ephemeral port). The context bounds the
+// connection attempt only.
+func (s *Stack) DialTCP(ctx context.Context, network string, laddr, raddr netip.AddrPort) (*TCPConn, error) {
+	raddr = s.local(unmap(raddr))
+	laddr = unmap(laddr)
+	var src net.Addr
+	if laddr.IsValid() {
+		src = net.TCPAddrFromAddrPort(laddr)
+	}
+	dst := net.TCPAddrFromAddrPort(raddr)
+	fail := func(err error) (*TCPConn, error) { return nil, opError("dial", network, src, dst, err) }
+	if err := ctx.Err(); err != nil {
+		return fail(ContextError(err))
+	}
+	if s.isClosed() {
+		return fail(net.ErrClosed)
+	}
+	sh := s.shardFor()
+	wq := new(waiter.Queue)
+	ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, netProto(raddr.Addr()), wq)
+	if terr != nil {
+		return fail(syscallErr("socket", terr))
+	}
+	if laddr.IsValid() {
+		if terr := ep.Bind(fullAddr(laddr)); terr != nil {
+			ep.Close()
+			return fail(syscallErr("bind", terr))
+		}
+	}
+	entry, connected := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	wq.EventRegister(&entry)
+	defer wq.EventUnregister(&entry)
+	terr = ep.Connect(fullAddr(raddr))
+	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
+		select {
+		case <-connected:
+			terr = ep.LastError()
+		case <-ctx.Done():
+			ep.Close()
+			return fail(ContextError(ctx.Err()))
+		}
+	}
+	if terr != nil {
+		ep.Close()
+		return fail(syscallErr("connect", terr))
+	}
+	return newTCPConn(ep, wq, network), nil
+}
+
+// local replaces an unspecified destination by the stack's own address of
+// the same family, as the kernel treats a connect to 0.0.0.0 or ::.
+func (s *Stack) local(ap netip.AddrPort) netip.AddrPort {
+	if !ap.Addr().IsUnspecified() {
+		return ap
+	}
+	for _, p := range s.cfg.Addrs {
+		if p.Addr().Is4() == ap.Addr().Is4() {
+			return netip.AddrPortFrom(p.Addr(), ap.Port())
+		}
+	}
+	return ap
+}
+
+// ListenTCP listens on laddr on every shard. An unspecified address with
+// network "tcp" listens on IPv4 and IPv6, as Go's net does; port 0 picks a
+// free port. backlog <= 0 takes 4096, like Linux's default somaxconn.
+func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, keepAlive net.KeepAliveConfig) (*TCPListener, error) {
+	laddr = unmap(laddr)
+	if backlog <= 0 {
+		backlog = 4096
+	}
+	l := &TCPListener{
+		network:   network,
+		keepAlive: keepAlive,
+		deadline:  newDeadline(),
+		ready:     make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		stack:     s,
+	}
+	fail := func(err error) (*TCPListener, error) {
+		l.closeEndpoints()
+		return nil, opError("listen", network, nil, net.TCPAddrFromAddrPort(laddr), err)
+	}
+	if s.isClosed() {
+		return fail(net.ErrClosed)
+	}
+	proto, dualStack := listenProto(network, laddr.Addr())
+	port := laddr.Port()
+	for _, sh := range s.shards {
+		wq := new(waiter.Queue)
+		ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, proto, wq)
+		if terr != nil {
+			return fail(syscallErr("socket", terr))
+		}
+		le := listenEndpoint{ep: ep, wq: wq}
+		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) { l.notify() })
+		wq.EventRegister(&le.entry)
+		l.eps = append(l.eps, le)
+		if proto == ipv6.ProtocolNumber {
+			ep.SocketOptions().SetV6Only(!dualStack)
+		}
+		bind := tcpip.FullAddress{Port: port}
+		if laddr.Addr().IsValid() && !laddr.Addr().IsUnspecified() {
+			bind.Addr = tcpip.AddrFromSlice(laddr.Addr().AsSlice())
+		}
+		if terr := ep.Bind(bind); terr != nil {
+			return fail(syscallErr("bind", terr))
+		}
+		if terr := ep.Listen(backlog); terr != nil {
+			return fail(syscallErr("listen", terr))
+		}
+		if port == 0 {
+			// Every shard listens on the port the first one was given.
+			a, _ := ep.GetLocalAddress()
+			port = a.Port
+		}
+	}
+	a, _ := l.eps[0].ep.GetLocalAddress()
+	l.addr = net.TCPAddrFromAddrPort(boundAddr(a, proto))
+	if !s.track(l) {
+		return fail(net.ErrClosed)
+	}
+	return l, nil
+}
+
+// track registers a listener so Stack.Close can close it; false if the stack
+// is already closed.
+func (s *Stack) track(l *TCPListener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.listeners[l] = struct{}{}
+	return true
+}
+
+func (s *Stack) untrack(l *TCPListener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.listeners, l)
+}
+
+// listenProto picks the endpoint family for a listening or unconnected
+// socket: IPv6 dual-stack for an unspecified "tcp"/"udp" address.
+func listenProto(network string, a netip.Addr) (proto tcpip.NetworkProtocolNumber, dualStack bool) {
+	last := network[len(network)-1]
+	switch {
+	case last == '4' || (a.IsValid() && a.Is4()):
+		return ipv4.ProtocolNumber, false
+	case last == '6':
+		return ipv6.ProtocolNumber, false
+	case a.IsValid() && !a.IsUnspecified():
+		return ipv6.ProtocolNumber, false
+	}
+	return ipv6.ProtocolNumber, true
+}
+
+func netProto(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}
+
+func fullAddr(ap netip.AddrPort) tcpip.FullAddress {
+	fa := tcpip.FullAddress{Port: ap.Port()}
+	if ap.Addr().IsValid() && !ap.Addr().IsUnspecified() {
+		fa.Addr = tcpip.AddrFromSlice(ap.Addr().AsSlice())
+	}
+	return fa
+}
+
+func addrPort(a tcpip.FullAddress) netip.AddrPort {
+	ip, _ := netip.AddrFromSlice(a.Addr.AsSlice())
+	return netip.AddrPortFrom(ip.Unmap(), a.Port)
+}
+
+// boundAddr is the address an endpoint is bound to, with the wildcard
+// spelled 0.0.0.0 or :: as Go's net reports it.
+func boundAddr(a tcpip.FullAddress, proto tcpip.NetworkProtocolNumber) netip.AddrPort {
+	ap := addrPort(a)
+	if ap.Addr().IsValid() {
+		return ap
+	}
+	if proto == ipv4.ProtocolNumber {
+		return netip.AddrPortFrom(netip.IPv4Unspecified(), a.Port)
+	}
+	return netip.AddrPortFrom(netip.IPv6Unspecified(), a.Port)
+}
+
+var netipZero netip.AddrPort
+
+func unmap(ap netip.AddrPort) netip.AddrPort {
+	if !ap.IsValid() {
+		return ap
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

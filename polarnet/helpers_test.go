@@ -1,0 +1,99 @@
+package polarnet_test
+
+import (
+	"crypto/sha256"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+var (
+	addrA  = netip.MustParsePrefix("198.18.0.1/24")
+	addrB  = netip.MustParsePrefix("198.18.0.2/24")
+	addrA6 = netip.MustParsePrefix("fd00:198:18::1/64")
+	addrB6 = netip.MustParsePrefix("fd00:198:18::2/64")
+)
+
+// newPair returns two stacks joined by an in-memory pipe link; both are
+// closed when the test ends.
+func newPair(t testing.TB, pipe linktest.PipeConfig, tweak ...func(*polarnet.Config)) (a, b *polarnet.Stack) {
+	t.Helper()
+	la, lb := linktest.Pipe(pipe)
+	a = newStack(t, la, addrA, addrA6, tweak...)
+	b = newStack(t, lb, addrB, addrB6, tweak...)
+	return a, b
+}
+
+func newStack(t testing.TB, l polarnet.Link, v4, v6 netip.Prefix, tweak ...func(*polarnet.Config)) *polarnet.Stack {
+	t.Helper()
+	cfg := polarnet.Config{Link: l, Addrs: []netip.Prefix{v4, v6}}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	s, err := polarnet.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// connPair returns a connected TCP conn pair: client on a, server side on b.
+func connPair(t testing.TB, a, b *polarnet.Stack, server netip.Addr) (client, srv *polarnet.TCPConn) {
+	t.Helper()
+	ln, err := b.ListenTCP("tcp", netip.AddrPortFrom(server, 0), 0, net.KeepAliveConfig{})
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan *polarnet.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	client, err = a.DialTCP(t.Context(), "tcp", netip.AddrPort{}, ln.Addr().(*net.TCPAddr).AddrPort())
+	require.NoError(t, err)
+	srv = <-accepted
+	require.NotNil(t, srv)
+	t.Cleanup(func() { client.Close(); srv.Close() })
+	return client, srv
+}
+
+// patternReader yields n deterministic pseudo-random bytes.
+type patternReader struct {
+	n     int64
+	state uint64
+}
+
+func newPattern(n int64, seed uint64) *patternReader { return &patternReader{n: n, state: seed | 1} }
+
+func (p *patternReader) Read(b []byte) (int, error) {
+	if p.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.n {
+		b = b[:p.n]
+	}
+	for i := range b {
+		p.state ^= p.state << 13
+		p.state ^= p.state >> 7
+		p.state ^= p.state << 17
+		b[i] = byte(p.state)
+	}
+	p.n -= int64(len(b))
+	return len(b), nil
+}
+
+func hashOf(r io.Reader) ([32]byte, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum, n, err
+}

@@ -1,0 +1,252 @@
+package polarnet
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+)
+
+const (
+	// rxBurstSize is how many frames one ReadBurst may return.
+	rxBurstSize = 32
+	// copyBelow: a received frame shorter than this is copied into a buffer
+	// of its own size so the large receive buffer can be reused; longer
+	// frames keep the buffer the link wrote into (no copy at all).
+	copyBelow = 2048
+	// nicID is the only NIC of each shard's stack.
+	nicID tcpip.NICID = 1
+)
+
+// shard is one queue pair of the link with its own gVisor stack and poller.
+// Shards share nothing on the packet path.
+type shard struct {
+	id      int
+	stack   *stack.Stack
+	queue   Queue
+	ep      *nicEndpoint
+	tx      *txQueue
+	stats   shardCounters
+	maxRx   int
+	rxSize  int
+	mode    PollMode
+	spin    time.Duration
+	rx      []RxFrame
+	rxViews []*buffer.View
+	done    chan struct{}
+	stopped atomic.Bool
+}
+
+// shardCounters are a shard's own counters, written by its poller and TX path.
+type shardCounters struct {
+	rxFrames, rxBytes                  atomic.Uint64
+	rxBadFrame, rxOversize, rxChecksum atomic.Uint64
+	rxNoDispatcher                     atomic.Uint64
+	txFrames, txBytes, txBursts        atomic.Uint64
+	txRingFull, txErrors               atomic.Uint64
+	pollWakeups, pollErrors            atomic.Uint64
+}
+
+func newShard(id int, cfg *Config, q Queue) (*shard, error) {
+	info := cfg.Link.Info()
+	s := &shard{
+		id:     id,
+		queue:  q,
+		mode:   cfg.Poll,
+		spin:   cfg.SpinBudget,
+		rxSize: info.RxFrameSize,
+		maxRx:  cfg.MTU + header.EthernetMinimumSize,
+		done:   make(chan struct{}),
+	}
+	if info.Caps&CapGSO != 0 {
+		// A link that segments for us may also hand us coalesced frames.
+		s.maxRx = info.RxFrameSize
+	}
+	s.tx = newTxQueue(q, info.Caps, &s.stats)
+	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
+	s.stack = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+		HandleLocal:        true,
+	})
+	if err := s.configure(cfg); err != nil {
+		s.stack.Destroy()
+		return nil, err
+	}
+	s.rx = make([]RxFrame, rxBurstSize)
+	s.rxViews = make([]*buffer.View, rxBurstSize)
+	for i := range s.rx {
+		s.refill(i)
+	}
+	return s, nil
+}
+
+func (s *shard) configure(cfg *Config) error {
+	if err := s.stack.CreateNICWithOptions(nicID, s.ep, stack.NICOptions{Name: fmt.Sprintf("shard%d", s.id), QDisc: s.tx}); err != nil {
+		return fmt.Errorf("polarnet: creating NIC: %s", err)
+	}
+	var routes []tcpip.Route
+	for _, p := range cfg.Addrs {
+		p = p.Masked()
+		addr := tcpip.AddrFromSlice(cfg.addrOf(p).AsSlice())
+		proto := ipv4.ProtocolNumber
+		if p.Addr().Is6() {
+			proto = ipv6.ProtocolNumber
+		}
+		pa := tcpip.ProtocolAddress{
+			Protocol:          proto,
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: addr, PrefixLen: p.Bits()},
+		}
+		if err := s.stack.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return fmt.Errorf("polarnet: adding address %v: %s", p, err)
+		}
+		subnet, err := tcpip.NewSubnet(tcpip.AddrFromSlice(p.Addr().AsSlice()), tcpip.MaskFromBytes(netMask(p)))
+		if err != nil {
+			return fmt.Errorf("polarnet: subnet %v: %w", p, err)
+		}
+		routes = append(routes, tcpip.Route{Destination: subnet, NIC: nicID})
+	}
+	if gw := cfg.Gateway4; gw.IsValid() {
+		routes = append(routes, tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFromSlice(gw.AsSlice()), NIC: nicID})
+	}
+	if gw := cfg.Gateway6; gw.IsValid() {
+		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, Gateway: tcpip.AddrFromSlice(gw.AsSlice()), NIC: nicID})
+	}
+	s.stack.SetRouteTable(routes)
+	return applyTCPOptions(s.stack, &cfg.TCP)
+}
+
+// refill gives RX slot i a fresh buffer of the link's frame size.
+func (s *shard) refill(i int) {
+	v := buffer.NewViewSize(s.rxSize)
+	s.rxViews[i] = v
+	s.rx[i] = RxFrame{Buf: v.AsSlice()}
+}
+
+func (s *shard) start() { go s.poll() }
+
+// stop ends the poller; the link must be closed (or closing) so that a
+// blocked WaitRead returns.
+func (s *shard) stop() {
+	s.stopped.Store(true)
+	s.queue.Interrupt()
+	<-s.done
+}
+
+// poll is the shard's loop: RX burst, deliver, flush TX; when the queue is
+// empty it spins, sleeps or yields according to the poll mode.
+func (s *shard) poll() {
+	defer close(s.done)
+	defer s.releaseRx()
+	s.tx.pollerAwake.Store(true)
+	var idleSince time.Time
+	for !s.stopped.Load() {
+		n, err := s.queue.ReadBurst(s.rx)
+		if n > 0 {
+			s.deliver(n)
+		}
+		s.tx.flush()
+		if err != nil {
+			if errors.Is(err, ErrLinkClosed) {
+				return
+			}
+			s.stats.pollErrors.Add(1)
+		}
+		if n > 0 {
+			idleSince = time.Time{}
+			continue
+		}
+		switch s.mode {
+		case PollBusy:
+			runtime.Gosched()
+			continue
+		case PollAdaptive:
+			now := time.Now()
+			if idleSince.IsZero() {
+				idleSince = now
+			}
+			if now.Sub(idleSince) < s.spin {
+				runtime.Gosched()
+				continue
+			}
+		}
+		if !s.sleep() {
+			return
+		}
+		idleSince = time.Time{}
+	}
+}
+
+// sleep waits for RX frames. From the moment pollerAwake is cleared, writers
+// flush their own packets; the flush after it catches any packet enqueued
+// just before. It reports false when the link is gone.
+func (s *shard) sleep() bool {
+	s.tx.pollerAwake.Store(false)
+	s.tx.flush()
+	err := s.queue.WaitRead()
+	s.tx.pollerAwake.Store(true)
+	s.stats.pollWakeups.Add(1)
+	if err != nil && errors.Is(err, ErrLinkClosed) {
+		return false
+	}
+	return !s.stopped.Load()
+}
+
+func (s *shard) deliver(n int) {
+	for i := range n {
+		f := &s.rx[i]
+		length := f.Len
+		s.stats.rxFrames.Add(1)
+		s.stats.rxBytes.Add(uint64(length))
+		switch {
+		case length < header.EthernetMinimumSize || length > len(f.Buf):
+			s.stats.rxBadFrame.Add(1)
+			continue
+		case length > s.maxRx:
+			s.stats.rxOversize.Add(1)
+			continue
+		}
+		frame := f.Buf[:length]
+		proto := header.Ethernet(frame).Type()
+		if !f.ChecksumValid && !verifyTransportChecksum(proto, frame[header.EthernetMinimumSize:]) {
+			s.stats.rxChecksum.Add(1)
+			continue
+		}
+		var payload buffer.Buffer
+		if length < copyBelow {
+			payload = buffer.MakeWithData(frame)
+		} else {
+			v := s.rxViews[i]
+			v.CapLength(length)
+			payload = buffer.MakeWithView(v)
+			s.refill(i)
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
+		if _, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize); !ok {
+			s.stats.rxBadFrame.Add(1)
+		} else if !s.ep.deliver(proto, pkt) {
+			s.stats.rxNoDispatcher.Add(1)
+		}
+		pkt.DecRef()
+	}
+}
+
+func (s *shard) releaseRx() {
+	for i, v := range s.rxViews {
+		v.Release()
+		s.rxViews[i] = nil
+		s.rx[i] = RxFrame{}
+	}
+}

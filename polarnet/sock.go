@@ -1,0 +1,131 @@
+package polarnet
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// sock is what TCPConn and UDPConn share: the endpoint, one persistent waiter
+// per direction (so blocking allocates nothing), deadlines and close.
+type sock struct {
+	ep      tcpip.Endpoint
+	wq      *waiter.Queue
+	network string
+	laddr   net.Addr
+	raddr   net.Addr // nil for an unconnected UDP socket
+
+	readEntry, writeEntry waiter.Entry
+	readReady, writeReady chan struct{}
+
+	readMu   sync.Mutex
+	readBuf  tcpip.SliceWriter
+	writeMu  sync.Mutex
+	writeBuf bytes.Reader
+
+	readDeadline, writeDeadline *deadline
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (s *sock) init(ep tcpip.Endpoint, wq *waiter.Queue, network string, extra waiter.EventMask) {
+	s.ep, s.wq, s.network = ep, wq, network
+	s.readDeadline, s.writeDeadline = newDeadline(), newDeadline()
+	s.closed = make(chan struct{})
+	s.readEntry, s.readReady = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventErr | extra)
+	s.writeEntry, s.writeReady = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventErr | extra)
+	wq.EventRegister(&s.readEntry)
+	wq.EventRegister(&s.writeEntry)
+}
+
+func (s *sock) opErr(op string, err error) error {
+	return opError(op, s.network, s.laddr, s.raddr, err)
+}
+
+func (s *sock) isClosed() bool { return isClosed(s.closed) }
+
+// waitRead blocks until the endpoint may be readable; it returns the error
+// to report when the deadline passed or the socket was closed meanwhile.
+func (s *sock) waitRead(expired <-chan struct{}) error {
+	return s.wait(s.readReady, expired, "read")
+}
+
+func (s *sock) waitWrite(expired <-chan struct{}) error {
+	return s.wait(s.writeReady, expired, "write")
+}
+
+func (s *sock) wait(ready chan struct{}, expired <-chan struct{}, op string) error {
+	select {
+	case <-ready:
+	case <-expired:
+	case <-s.closed:
+		return s.opErr(op, net.ErrClosed)
+	}
+	return nil
+}
+
+// Close closes the socket; closing twice returns net.ErrClosed, as net does.
+func (s *sock) Close() error {
+	err := s.opErr("close", net.ErrClosed)
+	s.closeOnce.Do(func() {
+		err = nil
+		close(s.closed)
+		s.wq.EventUnregister(&s.readEntry)
+		s.wq.EventUnregister(&s.writeEntry)
+		s.readDeadline.stop()
+		s.writeDeadline.stop()
+		s.ep.Close()
+	})
+	return err
+}
+
+// SetDeadline sets the read and write deadlines; the zero time removes them.
+func (s *sock) SetDeadline(t time.Time) error {
+	if s.isClosed() {
+		return s.opErr("set", net.ErrClosed)
+	}
+	s.readDeadline.set(t)
+	s.writeDeadline.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for reads, current and future.
+func (s *sock) SetReadDeadline(t time.Time) error {
+	if s.isClosed() {
+		return s.opErr("set", net.ErrClosed)
+	}
+	s.readDeadline.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for writes, current and future.
+func (s *sock) SetWriteDeadline(t time.Time) error {
+	if s.isClosed() {
+		return s.opErr("set", net.ErrClosed)
+	}
+	s.writeDeadline.set(t)
+	return nil
+}
+
+// SetReadBuffer sets the size of the receive buffer.
+func (s *sock) SetReadBuffer(bytes int) error {
+	return s.setOpt(func(o *tcpip.SocketOptions) { o.SetReceiveBufferSize(int64(bytes), true) })
+}
+
+// SetWriteBuffer sets the size of the send buffer.
+func (s *sock) SetWriteBuffer(bytes int) error {
+	return s.setOpt(func(o *tcpip.SocketOptions) { o.SetSendBufferSize(int64(bytes), true) })
+}
+
+func (s *sock) setOpt(set func(*tcpip.SocketOptions)) error {
+	if s.isClosed() {
+		return s.opErr("set", net.ErrClosed)
+	}
+	set(s.ep.SocketOptions())
+	return nil
+}

@@ -1,0 +1,147 @@
+package polarnet
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+// Stack is a userspace TCP/IP stack on one link: one shard (a gVisor stack
+// with a poller) per link queue pair, all with the same addresses.
+type Stack struct {
+	cfg    Config
+	shards []*shard
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[*TCPListener]struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds a stack on cfg.Link and starts its pollers. On error the link is
+// closed.
+func New(cfg Config) (*Stack, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		if cfg.Link != nil {
+			cfg.Link.Close()
+		}
+		return nil, err
+	}
+	queues := cfg.Link.Queues()
+	if len(queues) != 1 {
+		// Several queues need flow steering so that each connection's
+		// frames reach the shard that owns it.
+		cfg.Link.Close()
+		return nil, fmt.Errorf("polarnet: link %q has %d queues; this version runs exactly one shard: %w", cfg.Link.Info().Name, len(queues), ErrNotSupported)
+	}
+	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{})}
+	for i, q := range queues {
+		sh, err := newShard(i, &s.cfg, q)
+		if err != nil {
+			for _, prev := range s.shards {
+				prev.stack.Destroy()
+			}
+			cfg.Link.Close()
+			return nil, err
+		}
+		s.shards = append(s.shards, sh)
+	}
+	for _, sh := range s.shards {
+		sh.start()
+	}
+	return s, nil
+}
+
+// Close closes the stack's listeners, resets its connections, stops the
+// pollers and closes the link. It waits until every goroutine the stack
+// started has ended.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		listeners := make([]*TCPListener, 0, len(s.listeners))
+		for l := range s.listeners {
+			listeners = append(listeners, l)
+		}
+		s.mu.Unlock()
+		for _, l := range listeners {
+			l.Close()
+		}
+		// Abort endpoints while pollers still run, so resets reach peers.
+		for _, sh := range s.shards {
+			sh.stack.Close()
+		}
+		for _, sh := range s.shards {
+			sh.stop()
+		}
+		s.closeErr = s.cfg.Link.Close()
+		for _, sh := range s.shards {
+			sh.stack.Wait()
+		}
+	})
+	return s.closeErr
+}
+
+// Addrs returns the stack's addresses.
+func (s *Stack) Addrs() []netip.Prefix { return append([]netip.Prefix(nil), s.cfg.Addrs...) }
+
+// MTU returns the IP MTU the stack uses.
+func (s *Stack) MTU() int { return s.cfg.MTU }
+
+func (s *Stack) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// shardFor picks the shard a new outgoing connection lives on.
+func (s *Stack) shardFor() *shard { return s.shards[0] }
+
+// addrOf returns the host address of prefix p (as configured, not masked).
+func (cfg *Config) addrOf(masked netip.Prefix) netip.Addr {
+	for _, p := range cfg.Addrs {
+		if p.Masked() == masked {
+			return p.Addr()
+		}
+	}
+	return masked.Addr()
+}
+
+func netMask(p netip.Prefix) []byte {
+	bits := p.Addr().BitLen()
+	mask := make([]byte, bits/8)
+	for i := range p.Bits() {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return mask
+}
+
+func applyTCPOptions(st *stack.Stack, t *TCPConfig) error {
+	sack := tcpip.TCPSACKEnabled(true)
+	cc := tcpip.CongestionControlOption(t.CongestionControl)
+	recovery := tcpip.TCPRecovery(0)
+	if t.Recovery == RecoveryRACK {
+		recovery = tcpip.TCPRACKLossDetection | tcpip.TCPRACKStaticReoWnd
+	}
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	minRTO := tcpip.TCPMinRTOOption(t.MinRTO)
+	send := tcpip.TCPSendBufferSizeRangeOption{Min: t.SendBuffer.Min, Default: t.SendBuffer.Default, Max: t.SendBuffer.Max}
+	recv := tcpip.TCPReceiveBufferSizeRangeOption{Min: t.ReceiveBuffer.Min, Default: t.ReceiveBuffer.Default, Max: t.ReceiveBuffer.Max}
+	opts := []tcpip.SettableTransportProtocolOption{&sack, &cc, &recovery, &moderate, &minRTO, &send, &recv}
+	for _, o := range opts {
+		if err := st.SetTransportProtocolOption(tcp.ProtocolNumber, o); err != nil {
+			return fmt.Errorf("polarnet: TCP option %T: %s", o, err)
+		}
+	}
+	return nil
+}
+
+// errStackClosed is returned by operations on a closed stack.
+var errStackClosed = errors.New("polarnet: stack closed")

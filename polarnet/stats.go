@@ -1,0 +1,87 @@
+package polarnet
+
+import "gvisor.dev/gvisor/pkg/tcpip"
+
+// Stats are a stack's counters: per shard, and summed.
+type Stats struct {
+	Shards []ShardStats
+	Total  ShardStats
+}
+
+// ShardStats are one shard's link-level counters.
+type ShardStats struct {
+	RxFrames, RxBytes uint64
+	// RxBadFrame counts frames too short for an Ethernet header or longer
+	// than the buffer they were written to.
+	RxBadFrame uint64
+	// RxOversize counts frames longer than the MTU allows.
+	RxOversize uint64
+	// RxChecksum counts frames whose transport checksum was wrong.
+	RxChecksum uint64
+	// RxNoDispatcher counts frames that arrived while the NIC was detached.
+	RxNoDispatcher    uint64
+	TxFrames, TxBytes uint64
+	// TxBursts counts WriteBurst calls.
+	TxBursts uint64
+	// TxRingFull counts frames the link had no room for.
+	TxRingFull uint64
+	// TxErrors counts frames the link failed to send.
+	TxErrors uint64
+	// PollWakeups counts how often the poller slept and woke.
+	PollWakeups uint64
+	// PollErrors counts failed ReadBurst calls.
+	PollErrors uint64
+}
+
+func (c *shardCounters) snapshot() ShardStats {
+	return ShardStats{
+		RxFrames:       c.rxFrames.Load(),
+		RxBytes:        c.rxBytes.Load(),
+		RxBadFrame:     c.rxBadFrame.Load(),
+		RxOversize:     c.rxOversize.Load(),
+		RxChecksum:     c.rxChecksum.Load(),
+		RxNoDispatcher: c.rxNoDispatcher.Load(),
+		TxFrames:       c.txFrames.Load(),
+		TxBytes:        c.txBytes.Load(),
+		TxBursts:       c.txBursts.Load(),
+		TxRingFull:     c.txRingFull.Load(),
+		TxErrors:       c.txErrors.Load(),
+		PollWakeups:    c.pollWakeups.Load(),
+		PollErrors:     c.pollErrors.Load(),
+	}
+}
+
+func (a *ShardStats) add(b ShardStats) {
+	a.RxFrames += b.RxFrames
+	a.RxBytes += b.RxBytes
+	a.RxBadFrame += b.RxBadFrame
+	a.RxOversize += b.RxOversize
+	a.RxChecksum += b.RxChecksum
+	a.RxNoDispatcher += b.RxNoDispatcher
+	a.TxFrames += b.TxFrames
+	a.TxBytes += b.TxBytes
+	a.TxBursts += b.TxBursts
+	a.TxRingFull += b.TxRingFull
+	a.TxErrors += b.TxErrors
+	a.PollWakeups += b.PollWakeups
+	a.PollErrors += b.PollErrors
+}
+
+// Stats returns the stack's counters.
+func (s *Stack) Stats() Stats {
+	var st Stats
+	for _, sh := range s.shards {
+		ss := sh.stats.snapshot()
+		st.Shards = append(st.Shards, ss)
+		st.Total.add(ss)
+	}
+	return st
+}
+
+// ProtocolStats calls fn with each shard's gVisor protocol counters
+// (tcpip.Stats, a tree of atomic counters), for what Stats does not cover.
+func (s *Stack) ProtocolStats(fn func(shard int, st tcpip.Stats)) {
+	for i, sh := range s.shards {
+		fn(i, sh.stack.Stats())
+	}
+}
