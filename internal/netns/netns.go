@@ -1,0 +1,213 @@
+// Package netns builds network topologies for tests out of network
+// namespaces and veth pairs, using iproute2's ip command.
+//
+// Everything it creates is removed by t.Cleanup, which also runs when a test
+// fails or is skipped midway. Names carry a random suffix so that tests of
+// different packages, which go test runs in parallel, never collide.
+package netns
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/polarnet/polarnet/internal/testenv"
+)
+
+// maxIfName is the longest interface name Linux accepts (IFNAMSIZ - 1).
+const maxIfName = 15
+
+// minSuffix is the shortest random suffix UniqueName accepts: 6 hex digits
+// make a collision between concurrent tests unlikely enough.
+const minSuffix = 6
+
+// NS is a named network namespace created for a test.
+type NS struct{ Name string }
+
+// New creates a uniquely named namespace (prefix "pn-" + short random suffix,
+// name <= 15 chars), brings its lo up, and registers t.Cleanup that deletes it
+// (and kills processes left in it). Fails the test on error.
+//
+// It skips or fails t as testenv.RequirePriv does when not running as root,
+// and as testenv.RequireCommand does when ip is not installed.
+//
+// The kernel frees a namespace, and destroys the interfaces in it, only once
+// nothing refers to it: close sockets opened with Do before the cleanup runs
+// (a t.Cleanup registered after New runs before it).
+func New(t testing.TB) *NS {
+	t.Helper()
+	testenv.RequirePriv(t)
+	testenv.RequireCommand(t, "ip")
+	ns := &NS{Name: UniqueName("pn-")}
+	if err := ip("netns", "add", ns.Name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.remove(t) })
+	if err := ip("-n", ns.Name, "link", "set", "dev", "lo", "up"); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// remove kills the processes left in ns and deletes it, reporting failures
+// as test errors: a leftover namespace would outlive the test run.
+func (ns *NS) remove(t testing.TB) {
+	t.Helper()
+	out, err := output("ip", "netns", "pids", ns.Name)
+	if err != nil {
+		t.Errorf("netns %s: listing processes to kill: %v", ns.Name, err)
+	}
+	for _, f := range strings.Fields(out) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Errorf("netns %s: bad pid %q from ip netns pids", ns.Name, f)
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("netns %s: killing process %d: %v", ns.Name, pid, err)
+		}
+	}
+	if err := ip("netns", "delete", ns.Name); err != nil {
+		t.Errorf("netns %s: %v", ns.Name, err)
+	}
+}
+
+// Do runs fn on a locked OS thread switched into the namespace, then switches
+// back (thread is not reused if switching back fails). Used to open kernel
+// sockets (net.Listen/net.Dial) that live in the namespace: sockets keep their
+// namespace after the thread switches back.
+//
+// fn runs on a goroutine of its own, so it must not call t.FailNow (nor
+// require.*); return an error instead. Goroutines that fn starts run on other
+// threads, outside the namespace.
+func (ns *NS) Do(fn func() error) error {
+	target, err := unix.Open(filepath.Join("/run/netns", ns.Name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", ns.Name, err)
+	}
+	defer unix.Close(target)
+
+	// A fresh goroutine, rather than the caller's, owns the locked thread:
+	// if the switch back fails it exits still locked, and the runtime then
+	// terminates the thread instead of scheduling other goroutines on it in
+	// the wrong namespace.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- runIn(target, ns.Name, fn)
+	}()
+	return <-errc
+}
+
+// runIn switches the locked calling thread into the namespace open as fd
+// target, runs fn, and switches back. It unlocks the thread only when the
+// thread is back in its original namespace.
+func runIn(target int, name string, fn func() error) error {
+	// thread-self, not self: only this thread's namespace is switched.
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns %s: opening current namespace: %w", name, err)
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns %s: entering: %w", name, err)
+	}
+	fnErr := fn()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		return errors.Join(fnErr, fmt.Errorf("netns %s: leaving: %w", name, err))
+	}
+	runtime.UnlockOSThread()
+	return fnErr
+}
+
+// Exec runs a command inside the namespace (ip netns exec) and returns
+// combined output; error includes the output.
+func (ns *NS) Exec(args ...string) (string, error) {
+	return output("ip", append([]string{"netns", "exec", ns.Name}, args...)...)
+}
+
+// MoveLink moves an interface from the current namespace into ns.
+//
+// Moving an interface takes it down; MoveLink brings it up again in ns, so
+// that links made by Veth stay up wherever they go.
+func (ns *NS) MoveLink(ifname string) error {
+	if err := ip("link", "set", "dev", ifname, "netns", ns.Name); err != nil {
+		return err
+	}
+	return ip("-n", ns.Name, "link", "set", "dev", ifname, "up")
+}
+
+// Veth creates a veth pair named a/b in the current namespace (both up) and
+// registers cleanup to delete it.
+//
+// It skips or fails t as New does. Ends moved into a namespace made by New
+// go away with that namespace; the cleanup deletes the pair if an end is
+// still in the current namespace.
+func Veth(t testing.TB, a, b string) {
+	t.Helper()
+	testenv.RequirePriv(t)
+	testenv.RequireCommand(t, "ip")
+	if err := ip("link", "add", "dev", a, "type", "veth", "peer", "name", b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{a, b} {
+			if _, err := net.InterfaceByName(name); err != nil {
+				continue // moved to another namespace, or gone with it
+			}
+			// Deleting one end deletes its peer.
+			if err := ip("link", "del", "dev", name); err != nil {
+				t.Errorf("deleting veth pair %s/%s: %v", a, b, err)
+			}
+			return
+		}
+	})
+	for _, name := range []string{a, b} {
+		if err := ip("link", "set", "dev", name, "up"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// UniqueName returns a short unique interface name with the given prefix
+// (<= 15 chars). The prefix must leave room for a random suffix of at least
+// 6 characters (a prefix of at most 9); a longer one is a bug in the caller
+// and panics.
+func UniqueName(prefix string) string {
+	n := min(maxIfName-len(prefix), 8)
+	if n < minSuffix {
+		panic(fmt.Sprintf("netns: prefix %q too long for a unique interface name", prefix))
+	}
+	b := make([]byte, (n+1)/2)
+	rand.Read(b) // never fails (crypto/rand)
+	return prefix + hex.EncodeToString(b)[:n]
+}
+
+// ip runs the ip command with args.
+func ip(args ...string) error {
+	_, err := output("ip", args...)
+	return err
+}
+
+// output runs a command and returns its combined output; the error quotes
+// the command and its output, which is where ip explains what went wrong.
+func output(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
