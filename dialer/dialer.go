@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
+	// The pure-Go links register themselves for POLARNET_LINK.
+	_ "github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )
 

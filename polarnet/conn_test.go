@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/polarnet/polarnet/internal/leakcheck"
+	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -33,35 +34,7 @@ func TestTransferByteExact(t *testing.T) {
 					continue // IPv6 differs only in headers; keep the run short
 				}
 				client, srv := connPair(t, a, b, server)
-				upWant, _, _ := hashOf(newPattern(size, 1))
-				downWant, _, _ := hashOf(newPattern(size, 2))
-				type result struct {
-					sum [32]byte
-					n   int64
-					err error
-				}
-				up := make(chan result, 1)
-				go func() {
-					sum, n, err := hashOf(srv)
-					if err == nil {
-						_, err = io.Copy(srv, newPattern(size, 2))
-					}
-					if err == nil {
-						err = srv.CloseWrite()
-					}
-					up <- result{sum, n, err}
-				}()
-				_, err := io.Copy(client, newPattern(size, 1))
-				require.NoError(t, err)
-				require.NoError(t, client.CloseWrite())
-				downSum, downN, err := hashOf(client)
-				require.NoError(t, err)
-				r := <-up
-				require.NoError(t, r.err)
-				assert.Equal(t, size, r.n, "mtu %d size %d upload length", mtu, size)
-				assert.Equal(t, upWant, r.sum, "mtu %d size %d upload hash", mtu, size)
-				assert.Equal(t, size, downN, "mtu %d size %d download length", mtu, size)
-				assert.Equal(t, downWant, downSum, "mtu %d size %d download hash", mtu, size)
+				assert.NoError(t, xfer.Exchange(client, srv, size), "mtu %d, %d bytes to %v", mtu, size, server)
 			}
 		}
 	}

@@ -231,12 +231,15 @@ func Default() (*Stack, error) {
 	defer defaultStack.Unlock()
 	if !defaultStack.set {
 		defaultStack.set = true
-		defaultStack.stack, defaultStack.err = stackFromEnv(os.Getenv)
+		defaultStack.stack, defaultStack.err = NewFromEnv(os.Getenv)
 	}
 	return defaultStack.stack, defaultStack.err
 }
 
-func stackFromEnv(getenv func(string) string) (*Stack, error) {
+// NewFromEnv builds a stack from the POLARNET_* variables read through getenv
+// (os.Getenv when nil). (nil, nil) means Go's net: no link is configured, or
+// it failed to open under FallbackKernel, which logs the error with slog.
+func NewFromEnv(getenv func(string) string) (*Stack, error) {
 	ec, err := ParseEnv(getenv)
 	if err != nil || ec.Kind == "" {
 		return nil, err

@@ -1,8 +1,6 @@
 package polarnet_test
 
 import (
-	"crypto/sha256"
-	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -63,37 +61,4 @@ func connPair(t testing.TB, a, b *polarnet.Stack, server netip.Addr) (client, sr
 	require.NotNil(t, srv)
 	t.Cleanup(func() { client.Close(); srv.Close() })
 	return client, srv
-}
-
-// patternReader yields n deterministic pseudo-random bytes.
-type patternReader struct {
-	n     int64
-	state uint64
-}
-
-func newPattern(n int64, seed uint64) *patternReader { return &patternReader{n: n, state: seed | 1} }
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	if p.n <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(b)) > p.n {
-		b = b[:p.n]
-	}
-	for i := range b {
-		p.state ^= p.state << 13
-		p.state ^= p.state >> 7
-		p.state ^= p.state << 17
-		b[i] = byte(p.state)
-	}
-	p.n -= int64(len(b))
-	return len(b), nil
-}
-
-func hashOf(r io.Reader) ([32]byte, int64, error) {
-	h := sha256.New()
-	n, err := io.Copy(h, r)
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum, n, err
 }

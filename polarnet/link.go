@@ -16,8 +16,10 @@ type Link interface {
 	// Queues returns the queue pairs. The engine runs one shard per queue
 	// pair, so the slice must not change after the link is opened.
 	Queues() []Queue
-	// Close releases the device. Pending and later calls on its queues return
-	// ErrLinkClosed; a blocked WaitRead returns at once.
+	// Close releases the device. Later calls on its queues return
+	// ErrLinkClosed (a ReadBurst already running may still return frames);
+	// a blocked WaitRead returns at once. Closing twice returns nil or an
+	// error matching net.ErrClosed.
 	Close() error
 }
 
@@ -36,8 +38,8 @@ type LinkInfo struct {
 	RxFrameSize int
 	// Caps lists the offloads the link performs.
 	Caps Capabilities
-	// GSOMaxSize is the largest TCP frame (headers included) the link
-	// segments itself when Caps has CapGSO.
+	// GSOMaxSize is the largest TCP frame (Ethernet, IP and TCP headers
+	// included) the link segments itself when Caps has CapGSO.
 	GSOMaxSize int
 }
 
@@ -64,18 +66,22 @@ const (
 type Queue interface {
 	// ReadBurst receives up to len(frames) frames without blocking and
 	// returns how many it filled; 0 and a nil error when nothing is pending.
+	// Frames [0, n) are valid even when it also returns an error. Frames
+	// arrive first in, first out per queue.
 	//
 	// Buffers: the engine owns frames[i].Buf (capacity at least
 	// LinkInfo.RxFrameSize) and lends it for the call. The link writes frame
 	// i into frames[i].Buf[:frames[i].Len] — syscall links read straight
 	// into it, memory-mapped links copy from their ring and recycle their
 	// own frame before returning. Nothing the link owns outlives the call,
-	// so no frame is ever copied twice.
+	// so no frame is ever copied twice. The link fills Buf, never replaces it.
 	ReadBurst(frames []RxFrame) (int, error)
 
 	// WriteBurst transmits frames and returns how many the link accepted,
 	// in order. Fewer than len(frames) with a nil error means the ring is
-	// full; the engine counts the rest as dropped (TCP retransmits them).
+	// full or the device is briefly unable to send (carrier down); the
+	// engine counts the rest as dropped and TCP retransmits them. An error
+	// reports frames the link could never send (malformed) or ErrLinkClosed.
 	//
 	// Buffers: frames[i].Segs is the frame as a gather list owned by the
 	// engine and valid only for the call: the link writes it out (writev) or
@@ -84,7 +90,11 @@ type Queue interface {
 
 	// WaitRead blocks until the RX ring may hold frames, Interrupt is called,
 	// or the link is closed (then it returns ErrLinkClosed). It may return
-	// early; the caller reads again. Waits must park the goroutine in the
+	// early; the caller reads again. It must return at once while frames
+	// are queued but unread, even if none arrived since the last wakeup
+	// (edge-triggered notifications make this easy to get wrong). Other
+	// errors (a deleted device) are counted by the engine, which backs off
+	// and waits again. Waits must park the goroutine in the
 	// Go netpoller (or on a channel), never in a raw blocking syscall.
 	WaitRead() error
 
@@ -100,7 +110,9 @@ type RxFrame struct {
 	// Len is the frame's length in Buf, set by the link.
 	Len int
 	// ChecksumValid reports that the transport checksum was verified by the
-	// link, or need not be (a CHECKSUM_PARTIAL frame from the local kernel).
+	// link, or need not be: a CHECKSUM_PARTIAL frame from the local kernel,
+	// whose checksum field holds only the pseudo-header sum. The engine
+	// neither checks such a frame again nor forwards it.
 	ChecksumValid bool
 }
 

@@ -26,6 +26,8 @@ const (
 	// of its own size so the large receive buffer can be reused; longer
 	// frames keep the buffer the link wrote into (no copy at all).
 	copyBelow = 2048
+	// pollErrorBackoff is how long a poller pauses after a failed wait.
+	pollErrorBackoff = 10 * time.Millisecond
 	// nicID is the only NIC of each shard's stack.
 	nicID tcpip.NICID = 1
 )
@@ -198,8 +200,14 @@ func (s *shard) sleep() bool {
 	err := s.queue.WaitRead()
 	s.tx.pollerAwake.Store(true)
 	s.stats.pollWakeups.Add(1)
-	if err != nil && errors.Is(err, ErrLinkClosed) {
-		return false
+	if err != nil {
+		if errors.Is(err, ErrLinkClosed) {
+			return false
+		}
+		// A device in trouble (deleted, carrier lost) may fail every wait:
+		// back off instead of spinning, and try again.
+		s.stats.pollErrors.Add(1)
+		time.Sleep(pollErrorBackoff)
 	}
 	return !s.stopped.Load()
 }

@@ -1,0 +1,92 @@
+// Package taptopo builds the topology most privileged tests use: a polarnet
+// stack on a TAP device whose kernel side sits in a network namespace of its
+// own, where kernel sockets play the peer.
+//
+//	polarnet stack (this process)      namespace NS (kernel TCP/IP)
+//	198.18.0.2/24, fd00:198:18::2/64 ── TAP ── 198.18.0.1/24, fd00:198:18::1/64
+//
+// Addresses live inside the namespace and the stack, so parallel tests never
+// collide and nothing reaches the host's own interfaces.
+package taptopo
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/link/tap"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+// Addresses of the two sides.
+var (
+	Kernel4 = netip.MustParseAddr("198.18.0.1")
+	Kernel6 = netip.MustParseAddr("fd00:198:18::1")
+	Stack4  = netip.MustParseAddr("198.18.0.2")
+	Stack6  = netip.MustParseAddr("fd00:198:18::2")
+)
+
+// Options shape the topology; the zero value is MTU 1500, one queue,
+// offloads on, the stack's defaults.
+type Options struct {
+	MTU             int
+	Queues          int
+	DisableOffloads bool
+	// Config, if set, adjusts the stack's config before New.
+	Config func(*polarnet.Config)
+}
+
+// Topology is a built topology; everything is torn down by t.Cleanup.
+type Topology struct {
+	NS     *netns.NS
+	Stack  *polarnet.Stack
+	Device string
+}
+
+// PlugKernelSide moves TAP device dev into ns and gives it the kernel
+// side's addresses.
+func PlugKernelSide(ns *netns.NS, dev string, mtu int) error {
+	if err := ns.MoveLink(dev); err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"ip", "link", "set", "dev", dev, "mtu", strconv.Itoa(mtu), "up"},
+		{"ip", "addr", "add", Kernel4.String() + "/24", "dev", dev},
+		{"ip", "addr", "add", Kernel6.String() + "/64", "dev", dev, "nodad"},
+	} {
+		if out, err := ns.Exec(args...); err != nil {
+			return fmt.Errorf("%v: %w: %s", args, err, out)
+		}
+	}
+	return nil
+}
+
+// New builds the topology, or skips/fails t as netns.New does without root.
+func New(t testing.TB, opt Options) *Topology {
+	t.Helper()
+	ns := netns.New(t)
+	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnt"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: opt.DisableOffloads})
+	require.NoError(t, err)
+	if err := PlugKernelSide(ns, link.Info().Name, link.Info().MTU); err != nil {
+		link.Close()
+		require.NoError(t, err)
+	}
+	dev := link.Info().Name
+	cfg := polarnet.Config{
+		Link:  link,
+		Addrs: []netip.Prefix{netip.PrefixFrom(Stack4, 24), netip.PrefixFrom(Stack6, 64)},
+	}
+	if opt.Config != nil {
+		opt.Config(&cfg)
+	}
+	st, err := polarnet.New(cfg)
+	require.NoError(t, err)
+	// Registered after netns.New, so it runs first: the stack's TAP fd must
+	// be closed before the namespace is deleted.
+	t.Cleanup(func() { st.Close() })
+	return &Topology{NS: ns, Stack: st, Device: dev}
+}

@@ -1,0 +1,93 @@
+// Package xfer moves verifiable data over connections for tests: a
+// deterministic byte stream and a two-way exchange whose ends compare SHA-256
+// hashes of what was sent and what arrived.
+package xfer
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+)
+
+// Pattern returns a reader of n deterministic pseudo-random bytes; the same
+// seed gives the same bytes.
+func Pattern(n int64, seed uint64) io.Reader {
+	return &pattern{n: n, state: seed*0x9e3779b97f4a7c15 | 1}
+}
+
+type pattern struct {
+	n     int64
+	state uint64
+}
+
+func (p *pattern) Read(b []byte) (int, error) {
+	if p.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.n {
+		b = b[:p.n]
+	}
+	for i := range b {
+		p.state ^= p.state << 13
+		p.state ^= p.state >> 7
+		p.state ^= p.state << 17
+		b[i] = byte(p.state)
+	}
+	p.n -= int64(len(b))
+	return len(b), nil
+}
+
+// Hash reads r to EOF and returns the SHA-256 of what it read and its length.
+func Hash(r io.Reader) (sum [32]byte, n int64, err error) {
+	h := sha256.New()
+	n, err = io.Copy(h, r)
+	copy(sum[:], h.Sum(nil))
+	return sum, n, err
+}
+
+// HalfCloser is a conn whose writing side can be shut down alone.
+type HalfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// Exchange sends size bytes from client to server and, once the server has
+// read them all (the client's CloseWrite tells it), size other bytes back;
+// each side half-closes after sending. It returns an error unless both
+// directions arrived complete and byte-exact.
+func Exchange(client, server HalfCloser, size int64) error {
+	upWant, _, _ := Hash(Pattern(size, 1))
+	downWant, _, _ := Hash(Pattern(size, 2))
+	serverErr := make(chan error, 1)
+	go func() {
+		sum, n, err := Hash(server)
+		switch {
+		case err != nil:
+		case n != size || sum != upWant:
+			err = fmt.Errorf("server received %d bytes (want %d), hash match %v", n, size, sum == upWant)
+		default:
+			if _, err = io.Copy(server, Pattern(size, 2)); err == nil {
+				err = server.CloseWrite()
+			}
+		}
+		serverErr <- err
+	}()
+	if _, err := io.Copy(client, Pattern(size, 1)); err != nil {
+		return fmt.Errorf("client send: %w", err)
+	}
+	if err := client.CloseWrite(); err != nil {
+		return fmt.Errorf("client CloseWrite: %w", err)
+	}
+	sum, n, err := Hash(client)
+	if err != nil {
+		return fmt.Errorf("client receive: %w", err)
+	}
+	if err := <-serverErr; err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	if n != size || sum != downWant {
+		return fmt.Errorf("client received %d bytes (want %d), hash match %v", n, size, sum == downWant)
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package tap_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/polarnet/polarnet/dialer"
+	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+// The engine over a TAP device against the kernel's TCP in a namespace.
+
+// kernelListen opens a kernel listener inside the topology's namespace.
+func kernelListen(t *testing.T, topo *taptopo.Topology, addr netip.Addr) net.Listener {
+	var ln net.Listener
+	require.NoError(t, topo.NS.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}))
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// kernelDial dials from inside the namespace.
+func kernelDial(t *testing.T, topo *taptopo.Topology, addr string) *net.TCPConn {
+	var c net.Conn
+	require.NoError(t, topo.NS.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 10*time.Second)
+		return err
+	}))
+	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// pairs returns connected conns in both directions: polarnet client with a
+// kernel server, and kernel client with a polarnet server.
+func pairs(t *testing.T, topo *taptopo.Topology, v6 bool) map[string][2]xfer.HalfCloser {
+	kAddr, sAddr := taptopo.Kernel4, taptopo.Stack4
+	if v6 {
+		kAddr, sAddr = taptopo.Kernel6, taptopo.Stack6
+	}
+	out := map[string][2]xfer.HalfCloser{}
+
+	kln := kernelListen(t, topo, kAddr)
+	accepted := make(chan net.Conn, 1)
+	go func() { c, _ := kln.Accept(); accepted <- c }()
+	pc, err := topo.Stack.DialTCP(t.Context(), "tcp", netip.AddrPort{}, kln.Addr().(*net.TCPAddr).AddrPort())
+	require.NoError(t, err)
+	kc := <-accepted
+	require.NotNil(t, kc)
+	t.Cleanup(func() { pc.Close(); kc.Close() })
+	out["polarnet client, kernel server"] = [2]xfer.HalfCloser{pc, kc.(*net.TCPConn)}
+
+	pln, err := topo.Stack.ListenTCP("tcp", netip.AddrPortFrom(sAddr, 0), 0, net.KeepAliveConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { pln.Close() })
+	paccepted := make(chan *polarnet.TCPConn, 1)
+	go func() { c, _ := pln.AcceptTCP(); paccepted <- c }()
+	kc2 := kernelDial(t, topo, pln.Addr().String())
+	ps := <-paccepted
+	require.NotNil(t, ps)
+	t.Cleanup(func() { ps.Close() })
+	out["kernel client, polarnet server"] = [2]xfer.HalfCloser{kc2, ps}
+	return out
+}
+
+func TestTransfersOverTAP(t *testing.T) {
+	for _, offloads := range []bool{true, false} {
+		topo := taptopo.New(t, taptopo.Options{DisableOffloads: !offloads})
+		for _, v6 := range []bool{false, true} {
+			sizes := []int64{1, 64 << 10, 64 << 20}
+			if v6 {
+				sizes = sizes[:2]
+			}
+			for _, size := range sizes {
+				for dir, p := range pairs(t, topo, v6) {
+					name := fmt.Sprintf("offloads=%v ipv6=%v %s %d bytes", offloads, v6, dir, size)
+					assert.NoError(t, xfer.Exchange(p[0], p[1], size), name)
+				}
+			}
+		}
+		st := topo.Stack.Stats().Total
+		assert.Zero(t, st.RxChecksum, "no checksum failures from a kernel peer")
+	}
+}
+
+func TestNetTestConnOverTAP(t *testing.T) {
+	topo := taptopo.New(t, taptopo.Options{})
+	for _, dir := range []string{"polarnet client, kernel server", "kernel client, polarnet server"} {
+		t.Run(dir, func(t *testing.T) {
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				p := pairs(t, topo, false)[dir]
+				return p[0], p[1], func() { p[0].Close(); p[1].Close() }, nil
+			})
+		})
+	}
+}
+
+func TestHTTPOverTAP(t *testing.T) {
+	topo := taptopo.New(t, taptopo.Options{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(body))
+	})
+	get := func(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), url string) {
+		hc := &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		for i := range 3 {
+			resp, err := hc.Post(url+fmt.Sprint(i), "application/octet-stream", xfer.Pattern(100<<10, uint64(i)))
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			assert.Equal(t, fmt.Sprintf("POST /p%d %d", i, 100<<10), string(body))
+		}
+	}
+
+	t.Run("polarnet client, kernel server", func(t *testing.T) {
+		ln := kernelListen(t, topo, taptopo.Kernel4)
+		srv := &http.Server{Handler: handler}
+		go srv.Serve(ln)
+		defer srv.Close()
+		get(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return topo.Stack.DialTCP(ctx, network, netip.AddrPort{}, netip.MustParseAddrPort(addr))
+		}, "http://"+ln.Addr().String()+"/p")
+	})
+	t.Run("kernel client, polarnet server", func(t *testing.T) {
+		ln, err := topo.Stack.ListenTCP("tcp", netip.AddrPortFrom(taptopo.Stack4, 0), 0, net.KeepAliveConfig{})
+		require.NoError(t, err)
+		srv := &http.Server{Handler: handler}
+		go srv.Serve(ln)
+		defer srv.Close()
+		get(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := topo.NS.Do(func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}, "http://"+ln.Addr().String()+"/p")
+	})
+}
+
+// TestEnvironmentSwitch is the drop-in promise: the POLARNET_* variables alone
+// move dialer.Dial from the kernel onto a polarnet stack on a TAP device, and a
+// link that cannot open falls back to the kernel or fails, as configured.
+func TestEnvironmentSwitch(t *testing.T) {
+	ns := netns.New(t)
+	dev := netns.UniqueName("pne")
+	env := map[string]string{
+		"POLARNET_LINK":   "tap",
+		"POLARNET_DEVICE": dev,
+		"POLARNET_ADDR":   taptopo.Stack4.String() + "/24",
+	}
+	getenv := func(k string) string { return env[k] }
+	st, err := polarnet.NewFromEnv(getenv)
+	require.NoError(t, err)
+	require.NotNil(t, st)
+	t.Cleanup(func() { st.Close() })
+	require.NoError(t, taptopo.PlugKernelSide(ns, dev, st.MTU()))
+
+	polarnet.SetDefault(st)
+	t.Cleanup(func() { polarnet.SetDefault(nil) })
+	ln := kernelListen(t, &taptopo.Topology{NS: ns}, taptopo.Kernel4)
+	accepted := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); accepted <- c }()
+	c, err := dialer.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.IsType(t, &polarnet.TCPConn{}, c)
+	kc := <-accepted
+	require.NotNil(t, kc)
+	defer kc.Close()
+	assert.NoError(t, xfer.Exchange(c.(*polarnet.TCPConn), kc.(*net.TCPConn), 1<<20))
+
+	env["POLARNET_DEVICE"] = "this-name-is-far-too-long"
+	st2, err := polarnet.NewFromEnv(getenv)
+	assert.NoError(t, err, "fallback to the kernel is the default policy")
+	assert.Nil(t, st2)
+	env["POLARNET_FALLBACK"] = "fail"
+	_, err = polarnet.NewFromEnv(getenv)
+	assert.ErrorContains(t, err, "Linux allows at most 15")
+}
