@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -49,38 +50,53 @@ func New(t testing.TB) *NS {
 	t.Helper()
 	testenv.RequirePriv(t)
 	testenv.RequireCommand(t, "ip")
-	ns := &NS{Name: UniqueName("pn-")}
-	if err := ip("netns", "add", ns.Name); err != nil {
+	ns, err := Create()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ns.remove(t) })
-	if err := ip("-n", ns.Name, "link", "set", "dev", "lo", "up"); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() {
+		if err := ns.Delete(); err != nil {
+			t.Error(err)
+		}
+	})
 	return ns
 }
 
-// remove kills the processes left in ns and deletes it, reporting failures
-// as test errors: a leftover namespace would outlive the test run.
-func (ns *NS) remove(t testing.TB) {
-	t.Helper()
+// Create makes a uniquely named namespace with lo up, for programs (tools,
+// examples) that manage its lifetime themselves: the caller must Delete it.
+func Create() (*NS, error) {
+	ns := &NS{Name: UniqueName("pn-")}
+	if err := ip("netns", "add", ns.Name); err != nil {
+		return nil, err
+	}
+	if err := ip("-n", ns.Name, "link", "set", "dev", "lo", "up"); err != nil {
+		return nil, errors.Join(err, ns.Delete())
+	}
+	return ns, nil
+}
+
+// Delete kills the processes left in ns and deletes it: a leftover
+// namespace would outlive the program.
+func (ns *NS) Delete() error {
+	var errs []error
 	out, err := output("ip", "netns", "pids", ns.Name)
 	if err != nil {
-		t.Errorf("netns %s: listing processes to kill: %v", ns.Name, err)
+		errs = append(errs, fmt.Errorf("netns %s: listing processes to kill: %w", ns.Name, err))
 	}
 	for _, f := range strings.Fields(out) {
 		pid, err := strconv.Atoi(f)
 		if err != nil {
-			t.Errorf("netns %s: bad pid %q from ip netns pids", ns.Name, f)
+			errs = append(errs, fmt.Errorf("netns %s: bad pid %q from ip netns pids", ns.Name, f))
 			continue
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("netns %s: killing process %d: %v", ns.Name, pid, err)
+			errs = append(errs, fmt.Errorf("netns %s: killing process %d: %w", ns.Name, pid, err))
 		}
 	}
 	if err := ip("netns", "delete", ns.Name); err != nil {
-		t.Errorf("netns %s: %v", ns.Name, err)
+		errs = append(errs, fmt.Errorf("netns %s: %w", ns.Name, err))
 	}
+	return errors.Join(errs...)
 }
 
 // Do runs fn on a locked OS thread switched into the namespace, then switches
@@ -148,6 +164,26 @@ func (ns *NS) MoveLink(ifname string) error {
 		return err
 	}
 	return ip("-n", ns.Name, "link", "set", "dev", ifname, "up")
+}
+
+// Configure sets the MTU of interface dev in ns, adds addrs to it (IPv6
+// without duplicate address detection, so they are usable at once) and
+// brings it up.
+func (ns *NS) Configure(dev string, mtu int, addrs ...netip.Prefix) error {
+	cmds := [][]string{{"link", "set", "dev", dev, "mtu", strconv.Itoa(mtu), "up"}}
+	for _, a := range addrs {
+		cmd := []string{"addr", "add", a.String(), "dev", dev}
+		if a.Addr().Is6() {
+			cmd = append(cmd, "nodad")
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, c := range cmds {
+		if err := ip(append([]string{"-n", ns.Name}, c...)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Veth creates a veth pair named a/b in the current namespace (both up) and

@@ -10,9 +10,7 @@
 package taptopo
 
 import (
-	"fmt"
 	"net/netip"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,16 +51,7 @@ func PlugKernelSide(ns *netns.NS, dev string, mtu int) error {
 	if err := ns.MoveLink(dev); err != nil {
 		return err
 	}
-	for _, args := range [][]string{
-		{"ip", "link", "set", "dev", dev, "mtu", strconv.Itoa(mtu), "up"},
-		{"ip", "addr", "add", Kernel4.String() + "/24", "dev", dev},
-		{"ip", "addr", "add", Kernel6.String() + "/64", "dev", dev, "nodad"},
-	} {
-		if out, err := ns.Exec(args...); err != nil {
-			return fmt.Errorf("%v: %w: %s", args, err, out)
-		}
-	}
-	return nil
+	return ns.Configure(dev, mtu, netip.PrefixFrom(Kernel4, 24), netip.PrefixFrom(Kernel6, 64))
 }
 
 // New builds the topology, or skips/fails t as netns.New does without root.
