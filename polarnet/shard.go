@@ -22,10 +22,6 @@ import (
 const (
 	// rxBurstSize is how many frames one ReadBurst may return.
 	rxBurstSize = 32
-	// copyBelow: a received frame shorter than this is copied into a buffer
-	// of its own size so the large receive buffer can be reused; longer
-	// frames keep the buffer the link wrote into (no copy at all).
-	copyBelow = 2048
 	// pollErrorBackoff is how long a poller pauses after a failed wait.
 	pollErrorBackoff = 10 * time.Millisecond
 	// nicID is the only NIC of each shard's stack.
@@ -130,11 +126,43 @@ func (s *shard) configure(cfg *Config) error {
 	return applyTCPOptions(s.stack, &cfg.TCP)
 }
 
-// refill gives RX slot i a fresh buffer of the link's frame size.
+// refill gives RX slot i a fresh buffer of the link's frame size. Buffers
+// gVisor pools (up to buffer.MaxChunkSize) are views a frame can keep;
+// larger ones are plain memory reused for every burst, since gVisor would
+// allocate and collect an unpooled view for each frame handed over.
 func (s *shard) refill(i int) {
+	if s.rxSize > buffer.MaxChunkSize {
+		if s.rx[i].Buf == nil {
+			s.rx[i] = RxFrame{Buf: make([]byte, s.rxSize)}
+		}
+		return
+	}
 	v := buffer.NewViewSize(s.rxSize)
 	s.rxViews[i] = v
 	s.rx[i] = RxFrame{Buf: v.AsSlice()}
+}
+
+// payload turns the frame in RX slot i into a packet payload. A frame that
+// fills at least half of a pooled view keeps it (the link's write was the
+// only copy); any other frame is copied into views of its own size, so a
+// small frame does not pin a large buffer in a socket's receive queue.
+func (s *shard) payload(i, length int) buffer.Buffer {
+	if v := s.rxViews[i]; v != nil && 2*length >= s.rxSize {
+		v.CapLength(length)
+		s.refill(i)
+		return buffer.MakeWithView(v)
+	}
+	frame := s.rx[i].Buf[:length]
+	if length <= buffer.MaxChunkSize {
+		return buffer.MakeWithData(frame)
+	}
+	var b buffer.Buffer
+	for len(frame) > 0 {
+		n := min(len(frame), buffer.MaxChunkSize)
+		b.Append(buffer.NewViewWithData(frame[:n]))
+		frame = frame[n:]
+	}
+	return b
 }
 
 func (s *shard) start() { go s.poll() }
@@ -232,16 +260,7 @@ func (s *shard) deliver(n int) {
 			s.stats.rxChecksum.Add(1)
 			continue
 		}
-		var payload buffer.Buffer
-		if length < copyBelow {
-			payload = buffer.MakeWithData(frame)
-		} else {
-			v := s.rxViews[i]
-			v.CapLength(length)
-			payload = buffer.MakeWithView(v)
-			s.refill(i)
-		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: s.payload(i, length)})
 		if _, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize); !ok {
 			s.stats.rxBadFrame.Add(1)
 		} else if !s.ep.deliver(proto, pkt) {
@@ -253,7 +272,9 @@ func (s *shard) deliver(n int) {
 
 func (s *shard) releaseRx() {
 	for i, v := range s.rxViews {
-		v.Release()
+		if v != nil {
+			v.Release()
+		}
 		s.rxViews[i] = nil
 		s.rx[i] = RxFrame{}
 	}

@@ -160,9 +160,19 @@ func (q *txQueue) offload(pkt *stack.PacketBuffer) TxOffload {
 	if len(l4) < int(csumOffset)+2 {
 		return TxOffload{}
 	}
-	net := pkt.Network()
+	// Read the addresses off the header directly: pkt.Network() boxes the
+	// header in an interface, an allocation per packet.
+	var src, dst tcpip.Address
+	switch nh := pkt.NetworkHeader().Slice(); pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		src, dst = header.IPv4(nh).SourceAddress(), header.IPv4(nh).DestinationAddress()
+	case header.IPv6ProtocolNumber:
+		src, dst = header.IPv6(nh).SourceAddress(), header.IPv6(nh).DestinationAddress()
+	default:
+		return TxOffload{}
+	}
 	length := uint16(len(l4) + pkt.Data().Size())
-	sum := header.PseudoHeaderChecksum(pkt.TransportProtocolNumber, net.SourceAddress(), net.DestinationAddress(), length)
+	sum := header.PseudoHeaderChecksum(pkt.TransportProtocolNumber, src, dst, length)
 	l4[csumOffset] = byte(sum >> 8)
 	l4[csumOffset+1] = byte(sum)
 	return TxOffload{NeedsChecksum: true, ChecksumStart: l3, ChecksumOffset: csumOffset}

@@ -1,0 +1,64 @@
+package polarnet_test
+
+import (
+	"io"
+	"net"
+	"testing"
+
+	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+// BenchmarkRoundTrip4K is the hot path: one 4 KiB request and a 64-byte
+// response between two stacks over the in-memory link, at the link's
+// largest MTU (one segment per message) and at 1500.
+func BenchmarkRoundTrip4K(b *testing.B) {
+	for _, mtu := range []int{65535, 1500} {
+		for _, mode := range []polarnet.PollMode{polarnet.PollAdaptive, polarnet.PollBlocking} {
+			b.Run(mtuName(mtu)+"/"+mode.String(), func(b *testing.B) {
+				a, z := newPair(b, linktest.PipeConfig{MTU: mtu}, func(c *polarnet.Config) { c.Poll = mode })
+				client, server := connPair(b, a, z, addrB.Addr())
+				go echo4K(server)
+				req, resp := make([]byte, 4096), make([]byte, 64)
+				for range 100 {
+					roundTrip(b, client, req, resp)
+				}
+				b.ReportAllocs()
+				b.SetBytes(4096 + 64)
+				b.ResetTimer()
+				for b.Loop() {
+					roundTrip(b, client, req, resp)
+				}
+			})
+		}
+	}
+}
+
+func mtuName(mtu int) string {
+	if mtu == 1500 {
+		return "mtu1500"
+	}
+	return "mtu64k"
+}
+
+func roundTrip(b *testing.B, c net.Conn, req, resp []byte) {
+	if _, err := c.Write(req); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, resp); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// echo4K answers each 4096-byte request with 64 bytes until the conn ends.
+func echo4K(c *polarnet.TCPConn) {
+	req, resp := make([]byte, 4096), make([]byte, 64)
+	for {
+		if _, err := io.ReadFull(c, req); err != nil {
+			return
+		}
+		if _, err := c.Write(resp); err != nil {
+			return
+		}
+	}
+}
