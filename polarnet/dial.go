@@ -2,6 +2,7 @@ package polarnet
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 
@@ -31,17 +32,15 @@ func (s *Stack) DialTCP(ctx context.Context, network string, laddr, raddr netip.
 	if s.isClosed() {
 		return fail(net.ErrClosed)
 	}
-	sh := s.shardFor()
+	sh := s.dialShard(ctx, laddr, raddr)
 	wq := new(waiter.Queue)
 	ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, netProto(raddr.Addr()), wq)
 	if terr != nil {
 		return fail(syscallErr("socket", terr))
 	}
-	if laddr.IsValid() {
-		if terr := ep.Bind(fullAddr(laddr)); terr != nil {
-			ep.Close()
-			return fail(syscallErr("bind", terr))
-		}
+	if terr := s.bindForShard(ep, sh, laddr, raddr); terr != nil {
+		ep.Close()
+		return fail(syscallErr("bind", terr))
 	}
 	entry, connected := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&entry)
@@ -60,8 +59,90 @@ func (s *Stack) DialTCP(ctx context.Context, network string, laddr, raddr netip.
 		ep.Close()
 		return fail(syscallErr("connect", terr))
 	}
-	return newTCPConn(ep, wq, network), nil
+	return newTCPConn(ep, wq, network, sh), nil
 }
+
+type shardHintKey struct{}
+
+// WithShard returns a context asking DialTCP to place the connection on
+// shard i (modulo the number of shards) instead of the least loaded one.
+func WithShard(ctx context.Context, i int) context.Context {
+	return context.WithValue(ctx, shardHintKey{}, i)
+}
+
+// dialShard picks the shard for a new connection: the one a fixed local
+// port steers to, the caller's hint, or the one with the fewest connections.
+func (s *Stack) dialShard(ctx context.Context, laddr, raddr netip.AddrPort) *shard {
+	n := len(s.shards)
+	if n == 1 {
+		return s.shards[0]
+	}
+	if laddr.Port() != 0 {
+		return s.shards[s.flowOwner(s.sourceFor(laddr, raddr), laddr.Port(), tcpipAddr(raddr.Addr()), raddr.Port())]
+	}
+	if i, ok := ctx.Value(shardHintKey{}).(int); ok {
+		return s.shards[(i%n+n)%n]
+	}
+	best := s.shards[rand.IntN(n)]
+	for _, sh := range s.shards {
+		if sh.conns.Load() < best.conns.Load() {
+			best = sh
+		}
+	}
+	return best
+}
+
+// bindForShard binds a dialing endpoint so that the peer's replies arrive on
+// sh's queue: with several shards it picks the local port itself, among the
+// ephemeral ports that steer to sh. A single shard leaves it to gVisor.
+func (s *Stack) bindForShard(ep tcpip.Endpoint, sh *shard, laddr, raddr netip.AddrPort) tcpip.Error {
+	if len(s.shards) == 1 || laddr.Port() != 0 {
+		if !laddr.IsValid() {
+			return nil
+		}
+		return ep.Bind(fullAddr(laddr))
+	}
+	src := s.sourceFor(laddr, raddr)
+	remote := tcpipAddr(raddr.Addr())
+	lo, hi := sh.stack.PortRange()
+	var err tcpip.Error = &tcpip.ErrNoPortAvailable{}
+	for range maxPortTries {
+		port := lo + uint16(rand.IntN(int(hi-lo)+1))
+		if s.flowOwner(src, port, remote, raddr.Port()) != sh.id {
+			continue
+		}
+		bind := tcpip.FullAddress{Port: port}
+		if laddr.Addr().IsValid() && !laddr.Addr().IsUnspecified() {
+			bind.Addr = tcpipAddr(laddr.Addr())
+		}
+		if err = ep.Bind(bind); err == nil {
+			return nil
+		}
+		if _, inUse := err.(*tcpip.ErrPortInUse); !inUse {
+			return err
+		}
+	}
+	return err
+}
+
+// maxPortTries bounds the search for a free local port that steers right.
+const maxPortTries = 1024
+
+// sourceFor is the local address a connection to raddr uses: laddr's, or
+// the stack's first address of the family.
+func (s *Stack) sourceFor(laddr, raddr netip.AddrPort) tcpip.Address {
+	if a := laddr.Addr(); a.IsValid() && !a.IsUnspecified() {
+		return tcpipAddr(a)
+	}
+	for _, p := range s.cfg.Addrs {
+		if p.Addr().Is4() == raddr.Addr().Is4() {
+			return tcpipAddr(p.Addr())
+		}
+	}
+	return tcpip.Address{}
+}
+
+func tcpipAddr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
 
 // local replaces an unspecified destination by the stack's own address of
 // the same family, as the kernel treats a connect to 0.0.0.0 or ::.
@@ -108,7 +189,7 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 		if terr != nil {
 			return fail(syscallErr("socket", terr))
 		}
-		le := listenEndpoint{ep: ep, wq: wq}
+		le := listenEndpoint{ep: ep, wq: wq, shard: sh}
 		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) { l.notify() })
 		wq.EventRegister(&le.entry)
 		l.eps = append(l.eps, le)

@@ -32,6 +32,7 @@ const (
 // Shards share nothing on the packet path.
 type shard struct {
 	id      int
+	owner   *Stack
 	stack   *stack.Stack
 	queue   Queue
 	ep      *nicEndpoint
@@ -45,6 +46,13 @@ type shard struct {
 	rxViews []*buffer.View
 	done    chan struct{}
 	stopped atomic.Bool
+
+	// in holds one ring per other shard for frames steered here in
+	// software; woken lists the shards this burst handed frames to.
+	in    []*handoffRing
+	woken []bool
+	// conns counts open connections, for choosing the least loaded shard.
+	conns atomic.Int64
 }
 
 // shardCounters are a shard's own counters, written by its poller and TX path.
@@ -52,15 +60,19 @@ type shardCounters struct {
 	rxFrames, rxBytes                  atomic.Uint64
 	rxBadFrame, rxOversize, rxChecksum atomic.Uint64
 	rxNoDispatcher                     atomic.Uint64
+	handoffOut, handoffIn, handoffDrop atomic.Uint64
+	shareOut                           atomic.Uint64
 	txFrames, txBytes, txBursts        atomic.Uint64
 	txRingFull, txErrors               atomic.Uint64
 	pollWakeups, pollErrors            atomic.Uint64
 }
 
-func newShard(id int, cfg *Config, q Queue) (*shard, error) {
+func newShard(st *Stack, id int, q Queue) (*shard, error) {
+	cfg := &st.cfg
 	info := cfg.Link.Info()
 	s := &shard{
 		id:     id,
+		owner:  st,
 		queue:  q,
 		mode:   cfg.Poll,
 		spin:   cfg.SpinBudget,
@@ -88,6 +100,14 @@ func newShard(id int, cfg *Config, q Queue) (*shard, error) {
 	for i := range s.rx {
 		s.refill(i)
 	}
+	n := len(cfg.Link.Queues())
+	s.in = make([]*handoffRing, n)
+	for i := range s.in {
+		if i != id {
+			s.in[i] = new(handoffRing)
+		}
+	}
+	s.woken = make([]bool, n)
 	return s, nil
 }
 
@@ -187,6 +207,7 @@ func (s *shard) poll() {
 		if n > 0 {
 			s.deliver(n)
 		}
+		n += s.receiveHandoffs()
 		s.tx.flush()
 		if err != nil {
 			if errors.Is(err, ErrLinkClosed) {
@@ -225,6 +246,12 @@ func (s *shard) poll() {
 func (s *shard) sleep() bool {
 	s.tx.pollerAwake.Store(false)
 	s.tx.flush()
+	// A shard that hands us a frame wakes us only if it sees us asleep:
+	// look at the rings once more now that we are.
+	if s.handoffsPending() {
+		s.tx.pollerAwake.Store(true)
+		return true
+	}
 	err := s.queue.WaitRead()
 	s.tx.pollerAwake.Store(true)
 	s.stats.pollWakeups.Add(1)
@@ -241,6 +268,7 @@ func (s *shard) sleep() bool {
 }
 
 func (s *shard) deliver(n int) {
+	sharded := len(s.owner.shards) > 1
 	for i := range n {
 		f := &s.rx[i]
 		length := f.Len
@@ -260,13 +288,106 @@ func (s *shard) deliver(n int) {
 			s.stats.rxChecksum.Add(1)
 			continue
 		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: s.payload(i, length)})
-		if _, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize); !ok {
-			s.stats.rxBadFrame.Add(1)
-		} else if !s.ep.deliver(proto, pkt) {
-			s.stats.rxNoDispatcher.Add(1)
+		dst := toReceiver
+		if sharded {
+			dst = s.owner.owner(proto, frame[header.EthernetMinimumSize:])
 		}
-		pkt.DecRef()
+		payload := s.payload(i, length)
+		switch dst {
+		case toReceiver, s.id:
+			s.deliverPayload(proto, payload)
+		case toAll:
+			for _, peer := range s.owner.shards {
+				if peer != s {
+					s.handOff(peer, proto, payload.Clone(), &s.stats.shareOut)
+				}
+			}
+			s.deliverPayload(proto, payload)
+		default:
+			s.handOff(s.owner.shards[dst], proto, payload, &s.stats.handoffOut)
+		}
+	}
+	if sharded {
+		s.wakePeers()
+	}
+}
+
+func (s *shard) deliverPayload(proto tcpip.NetworkProtocolNumber, payload buffer.Buffer) {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
+	if _, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize); !ok {
+		s.stats.rxBadFrame.Add(1)
+	} else if !s.ep.deliver(proto, pkt) {
+		s.stats.rxNoDispatcher.Add(1)
+	}
+	pkt.DecRef()
+}
+
+// handOff queues a frame for the shard that owns it (software steering).
+func (s *shard) handOff(peer *shard, proto tcpip.NetworkProtocolNumber, payload buffer.Buffer, count *atomic.Uint64) {
+	if !peer.in[s.id].push(handoff{proto: proto, payload: payload}) {
+		payload.Release()
+		s.stats.handoffDrop.Add(1)
+		return
+	}
+	count.Add(1)
+	s.woken[peer.id] = true
+}
+
+// wakePeers wakes the sleeping shards this burst handed frames to.
+func (s *shard) wakePeers() {
+	for id, woken := range s.woken {
+		if !woken {
+			continue
+		}
+		s.woken[id] = false
+		if peer := s.owner.shards[id]; !peer.tx.pollerAwake.Load() {
+			peer.queue.Interrupt()
+		}
+	}
+}
+
+// receiveHandoffs delivers the frames other shards steered here.
+func (s *shard) receiveHandoffs() int {
+	n := 0
+	for _, r := range s.in {
+		if r == nil {
+			continue
+		}
+		for range rxBurstSize {
+			h, ok := r.pop()
+			if !ok {
+				break
+			}
+			s.deliverPayload(h.proto, h.payload)
+			n++
+		}
+	}
+	s.stats.handoffIn.Add(uint64(n))
+	return n
+}
+
+func (s *shard) handoffsPending() bool {
+	for _, r := range s.in {
+		if r != nil && !r.empty() {
+			return true
+		}
+	}
+	return false
+}
+
+// drainHandoffs releases frames still queued once every poller has stopped.
+func (s *shard) drainHandoffs() {
+	for _, r := range s.in {
+		if r == nil {
+			continue
+		}
+		for {
+			h, ok := r.pop()
+			if !ok {
+				break
+			}
+			h.payload.Release()
+		}
 	}
 }
 

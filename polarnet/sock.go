@@ -31,6 +31,7 @@ type sock struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	onClose   func() // if set, runs once when the socket closes
 }
 
 func (s *sock) init(ep tcpip.Endpoint, wq *waiter.Queue, network string, extra waiter.EventMask) {
@@ -80,6 +81,9 @@ func (s *sock) Close() error {
 		s.readDeadline.stop()
 		s.writeDeadline.stop()
 		s.ep.Close()
+		if s.onClose != nil {
+			s.onClose()
+		}
 	})
 	return err
 }

@@ -14,8 +14,9 @@ import (
 // Stack is a userspace TCP/IP stack on one link: one shard (a gVisor stack
 // with a poller) per link queue pair, all with the same addresses.
 type Stack struct {
-	cfg    Config
-	shards []*shard
+	cfg     Config
+	shards  []*shard
+	steerer Steerer // nil: the link's spread is unknown, PortSteering applies
 
 	mu        sync.Mutex
 	closed    bool
@@ -24,8 +25,8 @@ type Stack struct {
 	closeErr  error
 }
 
-// New builds a stack on cfg.Link and starts its pollers. On error the link is
-// closed.
+// New builds a stack on cfg.Link, one shard per queue pair of the link, and
+// starts their pollers. On error the link is closed.
 func New(cfg Config) (*Stack, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -35,15 +36,14 @@ func New(cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	queues := cfg.Link.Queues()
-	if len(queues) != 1 {
-		// Several queues need flow steering so that each connection's
-		// frames reach the shard that owns it.
+	if len(queues) == 0 {
 		cfg.Link.Close()
-		return nil, fmt.Errorf("polarnet: link %q has %d queues; this version runs exactly one shard: %w", cfg.Link.Info().Name, len(queues), ErrNotSupported)
+		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
 	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{})}
+	s.steerer, _ = cfg.Link.(Steerer)
 	for i, q := range queues {
-		sh, err := newShard(i, &s.cfg, q)
+		sh, err := newShard(s, i, q)
 		if err != nil {
 			for _, prev := range s.shards {
 				prev.stack.Destroy()
@@ -81,6 +81,9 @@ func (s *Stack) Close() error {
 		for _, sh := range s.shards {
 			sh.stop()
 		}
+		for _, sh := range s.shards {
+			sh.drainHandoffs()
+		}
 		s.closeErr = s.cfg.Link.Close()
 		for _, sh := range s.shards {
 			sh.stack.Wait()
@@ -100,9 +103,6 @@ func (s *Stack) isClosed() bool {
 	defer s.mu.Unlock()
 	return s.closed
 }
-
-// shardFor picks the shard a new outgoing connection lives on.
-func (s *Stack) shardFor() *shard { return s.shards[0] }
 
 // addrOf returns the host address of prefix p (as configured, not masked).
 func (cfg *Config) addrOf(masked netip.Prefix) netip.Addr {

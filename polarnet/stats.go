@@ -19,8 +19,14 @@ type ShardStats struct {
 	// RxChecksum counts frames whose transport checksum was wrong.
 	RxChecksum uint64
 	// RxNoDispatcher counts frames that arrived while the NIC was detached.
-	RxNoDispatcher    uint64
-	TxFrames, TxBytes uint64
+	RxNoDispatcher uint64
+	// HandoffOut counts frames of flows this shard received for another
+	// shard and passed on (software steering); with a link that steers it
+	// stays 0. SharedOut counts copies of neighbour replies and router
+	// adverts given to every other shard. HandoffIn counts what arrived from
+	// other shards (both kinds), HandoffDrop what a full ring lost.
+	HandoffOut, SharedOut, HandoffIn, HandoffDrop uint64
+	TxFrames, TxBytes                             uint64
 	// TxBursts counts WriteBurst calls.
 	TxBursts uint64
 	// TxRingFull counts frames the link had no room for.
@@ -41,6 +47,10 @@ func (c *shardCounters) snapshot() ShardStats {
 		RxOversize:     c.rxOversize.Load(),
 		RxChecksum:     c.rxChecksum.Load(),
 		RxNoDispatcher: c.rxNoDispatcher.Load(),
+		HandoffOut:     c.handoffOut.Load(),
+		SharedOut:      c.shareOut.Load(),
+		HandoffIn:      c.handoffIn.Load(),
+		HandoffDrop:    c.handoffDrop.Load(),
 		TxFrames:       c.txFrames.Load(),
 		TxBytes:        c.txBytes.Load(),
 		TxBursts:       c.txBursts.Load(),
@@ -58,6 +68,10 @@ func (a *ShardStats) add(b ShardStats) {
 	a.RxOversize += b.RxOversize
 	a.RxChecksum += b.RxChecksum
 	a.RxNoDispatcher += b.RxNoDispatcher
+	a.HandoffOut += b.HandoffOut
+	a.SharedOut += b.SharedOut
+	a.HandoffIn += b.HandoffIn
+	a.HandoffDrop += b.HandoffDrop
 	a.TxFrames += b.TxFrames
 	a.TxBytes += b.TxBytes
 	a.TxBursts += b.TxBursts

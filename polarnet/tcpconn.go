@@ -23,9 +23,11 @@ type TCPConn struct {
 
 var _ net.Conn = (*TCPConn)(nil)
 
-func newTCPConn(ep tcpip.Endpoint, wq *waiter.Queue, network string) *TCPConn {
+func newTCPConn(ep tcpip.Endpoint, wq *waiter.Queue, network string, sh *shard) *TCPConn {
 	c := &TCPConn{}
 	c.init(ep, wq, network, waiter.EventHUp)
+	sh.conns.Add(1)
+	c.onClose = func() { sh.conns.Add(-1) }
 	if a, err := ep.GetLocalAddress(); err == nil {
 		c.laddr = tcpAddr(a)
 	}

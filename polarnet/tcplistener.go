@@ -33,6 +33,7 @@ type listenEndpoint struct {
 	ep    tcpip.Endpoint
 	wq    *waiter.Queue
 	entry waiter.Entry
+	shard *shard
 }
 
 var _ net.Listener = (*TCPListener)(nil)
@@ -93,7 +94,7 @@ func (l *TCPListener) tryAccept() (*TCPConn, error) {
 			l.next = idx + 1
 			// More may be queued on this shard: keep the signal alive.
 			l.notify()
-			c := newTCPConn(ep, wq, l.network)
+			c := newTCPConn(ep, wq, l.network, l.eps[idx].shard)
 			if l.keepAlive.Enable {
 				c.SetKeepAliveConfig(l.keepAlive)
 			}

@@ -52,7 +52,7 @@ func (s *Stack) newUDP(network string, proto tcpip.NetworkProtocolNumber, dualSt
 		return nil, net.ErrClosed
 	}
 	wq := new(waiter.Queue)
-	ep, terr := s.shardFor().stack.NewEndpoint(udp.ProtocolNumber, proto, wq)
+	ep, terr := s.shards[udpShard].stack.NewEndpoint(udp.ProtocolNumber, proto, wq)
 	if terr != nil {
 		return nil, syscallErr("socket", terr)
 	}

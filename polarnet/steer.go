@@ -1,0 +1,188 @@
+package polarnet
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// Where a received frame goes when a stack has several shards.
+const (
+	toReceiver = -1 // the shard that received it (ARP requests, pings)
+	toAll      = -2 // every shard (neighbour replies, router adverts, errors)
+	// udpShard holds every UDP socket: datagrams of one socket may come from
+	// any port, so they cannot be spread by flow.
+	udpShard = 0
+)
+
+// owner returns the shard a received frame belongs to: toReceiver, toAll or
+// a shard index. Every shard has the stack's addresses, so anything that is
+// not a flow may be answered by whichever shard received it; only neighbour
+// information must reach them all, since each shard has its own cache.
+func (st *Stack) owner(ethType tcpip.NetworkProtocolNumber, pkt []byte) int {
+	switch ethType {
+	case header.ARPProtocolNumber:
+		if a := header.ARP(pkt); len(pkt) >= header.ARPSize && a.Op() == header.ARPReply {
+			return toAll
+		}
+		return toReceiver
+	case header.IPv4ProtocolNumber:
+		if len(pkt) < header.IPv4MinimumSize {
+			return toReceiver
+		}
+		ip := header.IPv4(pkt)
+		hl := int(ip.HeaderLength())
+		if hl < header.IPv4MinimumSize || hl > len(pkt) {
+			return toReceiver
+		}
+		if ip.More() || ip.FragmentOffset() != 0 {
+			// Reassembly needs every fragment on one shard; TCP peers set DF,
+			// so fragments are (nearly always) UDP.
+			return udpShard
+		}
+		return st.transportOwner(ip.Protocol(), ip.SourceAddress(), ip.DestinationAddress(), pkt[hl:], false)
+	case header.IPv6ProtocolNumber:
+		if len(pkt) < header.IPv6MinimumSize {
+			return toReceiver
+		}
+		ip := header.IPv6(pkt)
+		next, l4, ok := skipIPv6Extensions(ip.NextHeader(), pkt[header.IPv6MinimumSize:])
+		if !ok {
+			return udpShard // a fragment, or a chain we cannot follow
+		}
+		return st.transportOwner(next, ip.SourceAddress(), ip.DestinationAddress(), l4, false)
+	}
+	return toReceiver
+}
+
+// transportOwner classifies by transport header. For an ICMP error it is
+// called again on the packet the error quotes, which we sent: inverted.
+func (st *Stack) transportOwner(proto uint8, src, dst tcpip.Address, l4 []byte, inverted bool) int {
+	switch tcpip.TransportProtocolNumber(proto) {
+	case header.TCPProtocolNumber:
+		if len(l4) < 4 {
+			return toReceiver
+		}
+		tcp := header.TCP(l4)
+		local, remote := tcp.DestinationPort(), tcp.SourcePort()
+		localAddr, remoteAddr := dst, src
+		if inverted {
+			local, remote = remote, local
+			localAddr, remoteAddr = remoteAddr, localAddr
+		}
+		return st.flowOwner(localAddr, local, remoteAddr, remote)
+	case header.UDPProtocolNumber:
+		return udpShard
+	case header.ICMPv4ProtocolNumber:
+		if len(l4) < header.ICMPv4MinimumSize {
+			return toReceiver
+		}
+		switch header.ICMPv4(l4).Type() {
+		case header.ICMPv4DstUnreachable, header.ICMPv4TimeExceeded, header.ICMPv4ParamProblem:
+			return st.quotedOwner(header.IPv4ProtocolNumber, l4[header.ICMPv4MinimumSize:])
+		}
+		return toReceiver
+	case header.ICMPv6ProtocolNumber:
+		if len(l4) < header.ICMPv6MinimumSize {
+			return toReceiver
+		}
+		switch header.ICMPv6(l4).Type() {
+		case header.ICMPv6NeighborAdvert, header.ICMPv6RouterAdvert, header.ICMPv6RouterSolicit, header.ICMPv6RedirectMsg:
+			return toAll
+		case header.ICMPv6DstUnreachable, header.ICMPv6PacketTooBig, header.ICMPv6TimeExceeded, header.ICMPv6ParamProblem:
+			return st.quotedOwner(header.IPv6ProtocolNumber, l4[header.ICMPv6ErrorHeaderSize:])
+		}
+		return toReceiver
+	}
+	return toReceiver
+}
+
+// quotedOwner finds the flow of the packet an ICMP error quotes; errors it
+// cannot attribute go to every shard (those without the flow ignore them).
+func (st *Stack) quotedOwner(proto tcpip.NetworkProtocolNumber, quoted []byte) int {
+	switch proto {
+	case header.IPv4ProtocolNumber:
+		ip := header.IPv4(quoted)
+		if len(quoted) >= header.IPv4MinimumSize {
+			if hl := int(ip.HeaderLength()); hl >= header.IPv4MinimumSize && hl <= len(quoted) {
+				return st.quotedTransport(ip.Protocol(), ip.SourceAddress(), ip.DestinationAddress(), quoted[hl:])
+			}
+		}
+	case header.IPv6ProtocolNumber:
+		if len(quoted) >= header.IPv6MinimumSize {
+			ip := header.IPv6(quoted)
+			if next, l4, ok := skipIPv6Extensions(ip.NextHeader(), quoted[header.IPv6MinimumSize:]); ok {
+				return st.quotedTransport(next, ip.SourceAddress(), ip.DestinationAddress(), l4)
+			}
+		}
+	}
+	return toAll
+}
+
+func (st *Stack) quotedTransport(proto uint8, src, dst tcpip.Address, l4 []byte) int {
+	switch tcpip.TransportProtocolNumber(proto) {
+	case header.TCPProtocolNumber, header.UDPProtocolNumber:
+		return st.transportOwner(proto, src, dst, l4, true)
+	}
+	return toAll
+}
+
+// flowOwner is the shard whose queue the link delivers the flow on: the
+// link's own rule when it steers, PortSteering otherwise.
+func (st *Stack) flowOwner(localAddr tcpip.Address, local uint16, remoteAddr tcpip.Address, remote uint16) int {
+	if st.steerer == nil {
+		return PortSteering(local, remote, len(st.shards))
+	}
+	la, _ := netip.AddrFromSlice(localAddr.AsSlice())
+	ra, _ := netip.AddrFromSlice(remoteAddr.AsSlice())
+	q := st.steerer.RxQueue(netip.AddrPortFrom(la, local), netip.AddrPortFrom(ra, remote))
+	if q < 0 || q >= len(st.shards) {
+		return 0
+	}
+	return q
+}
+
+// handoff is a frame on its way from the shard that received it to the
+// shard that owns it.
+type handoff struct {
+	proto   tcpip.NetworkProtocolNumber
+	payload buffer.Buffer
+}
+
+// handoffRingSize bounds the frames in flight between two shards; beyond it
+// frames are dropped (and counted), as a full NIC ring would.
+const handoffRingSize = 1024
+
+// handoffRing is a single-producer, single-consumer ring: only the sending
+// shard's poller pushes, only the owner's poller pops.
+type handoffRing struct {
+	head, tail atomic.Uint64 // head: next to pop; tail: next to push
+	slots      [handoffRingSize]handoff
+}
+
+func (r *handoffRing) push(h handoff) bool {
+	t := r.tail.Load()
+	if t-r.head.Load() == handoffRingSize {
+		return false
+	}
+	r.slots[t%handoffRingSize] = h
+	r.tail.Store(t + 1)
+	return true
+}
+
+func (r *handoffRing) pop() (handoff, bool) {
+	h := r.head.Load()
+	if h == r.tail.Load() {
+		return handoff{}, false
+	}
+	slot := &r.slots[h%handoffRingSize]
+	out := *slot
+	*slot = handoff{}
+	r.head.Store(h + 1)
+	return out, true
+}
+
+func (r *handoffRing) empty() bool { return r.head.Load() == r.tail.Load() }
