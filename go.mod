@@ -3,6 +3,7 @@ module github.com/polarnet/polarnet
 go 1.26.3
 
 require (
+	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/google/btree v1.1.2 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect

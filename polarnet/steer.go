@@ -133,16 +133,14 @@ func (st *Stack) quotedTransport(proto uint8, src, dst tcpip.Address, l4 []byte)
 // flowOwner is the shard whose queue the link delivers the flow on: the
 // link's own rule when it steers, PortSteering otherwise.
 func (st *Stack) flowOwner(localAddr tcpip.Address, local uint16, remoteAddr tcpip.Address, remote uint16) int {
-	if st.steerer == nil {
-		return PortSteering(local, remote, len(st.shards))
+	if st.steerer != nil {
+		la, _ := netip.AddrFromSlice(localAddr.AsSlice())
+		ra, _ := netip.AddrFromSlice(remoteAddr.AsSlice())
+		if q := st.steerer.RxQueue(netip.AddrPortFrom(la, local), netip.AddrPortFrom(ra, remote)); q >= 0 && q < len(st.shards) {
+			return q
+		}
 	}
-	la, _ := netip.AddrFromSlice(localAddr.AsSlice())
-	ra, _ := netip.AddrFromSlice(remoteAddr.AsSlice())
-	q := st.steerer.RxQueue(netip.AddrPortFrom(la, local), netip.AddrPortFrom(ra, remote))
-	if q < 0 || q >= len(st.shards) {
-		return 0
-	}
-	return q
+	return PortSteering(local, remote, len(st.shards))
 }
 
 // handoff is a frame on its way from the shard that received it to the

@@ -11,8 +11,10 @@ import "net/netip"
 // received the SYN. Frames of links that do not implement Steerer are
 // classified with PortSteering and handed to their owner in software.
 type Steerer interface {
-	// RxQueue returns the queue on which the link receives the TCP or UDP
-	// frames that remote sends to local.
+	// RxQueue returns the queue on which the link receives the TCP frames
+	// that remote sends to local, or a negative number if the link cannot
+	// tell (its spread is not configured), in which case the engine steers
+	// in software.
 	RxQueue(local, remote netip.AddrPort) int
 }
 

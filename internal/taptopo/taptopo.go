@@ -34,6 +34,7 @@ type Options struct {
 	MTU             int
 	Queues          int
 	DisableOffloads bool
+	DisableSteering bool
 	// Config, if set, adjusts the stack's config before New.
 	Config func(*polarnet.Config)
 }
@@ -45,20 +46,41 @@ type Topology struct {
 	Device string
 }
 
+// Prefixes returns a side's addresses with the topology's prefix lengths
+// (/24 and /64). IPv6 is left out below MTU 1280, where the kernel disables
+// it on the interface.
+func Prefixes(mtu int, v4, v6 netip.Addr) []netip.Prefix {
+	out := []netip.Prefix{netip.PrefixFrom(v4, 24)}
+	if mtu == 0 || mtu >= 1280 {
+		out = append(out, netip.PrefixFrom(v6, 64))
+	}
+	return out
+}
+
+// KernelPrefixes and StackPrefixes are the two sides' addresses.
+func KernelPrefixes(mtu int) []netip.Prefix { return Prefixes(mtu, Kernel4, Kernel6) }
+func StackPrefixes(mtu int) []netip.Prefix  { return Prefixes(mtu, Stack4, Stack6) }
+
 // PlugKernelSide moves TAP device dev into ns and gives it the kernel
 // side's addresses.
 func PlugKernelSide(ns *netns.NS, dev string, mtu int) error {
+	return Plug(ns, dev, mtu, KernelPrefixes(0)...)
+}
+
+// Plug moves TAP device dev into ns, sets its MTU and gives it addrs (none:
+// an interface without addresses, a bridge port say).
+func Plug(ns *netns.NS, dev string, mtu int, addrs ...netip.Prefix) error {
 	if err := ns.MoveLink(dev); err != nil {
 		return err
 	}
-	return ns.Configure(dev, mtu, netip.PrefixFrom(Kernel4, 24), netip.PrefixFrom(Kernel6, 64))
+	return ns.Configure(dev, mtu, addrs...)
 }
 
 // New builds the topology, or skips/fails t as netns.New does without root.
 func New(t testing.TB, opt Options) *Topology {
 	t.Helper()
 	ns := netns.New(t)
-	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnt"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: opt.DisableOffloads})
+	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnt"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: opt.DisableOffloads, DisableSteering: opt.DisableSteering})
 	require.NoError(t, err)
 	if err := PlugKernelSide(ns, link.Info().Name, link.Info().MTU); err != nil {
 		link.Close()

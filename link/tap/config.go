@@ -51,6 +51,12 @@ type Config struct {
 	// which completes and segments them (and hands over coalesced ones).
 	DisableOffloads bool
 
+	// DisableSteering leaves a multi-queue device without polarnet's steering
+	// program, so the kernel spreads flows by its own hash and the engine
+	// hands frames that reach the wrong shard to their owner in software.
+	// By default each TCP flow is steered to its shard's queue.
+	DisableSteering bool
+
 	// Persist keeps a device New creates after the link is closed
 	// (TUNSETPERSIST), for a later New to attach to; delete it with
 	// `ip link del`. Without it, a created device disappears when its last

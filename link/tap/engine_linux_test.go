@@ -194,3 +194,98 @@ func TestEnvironmentSwitch(t *testing.T) {
 	_, err = polarnet.NewFromEnv(getenv)
 	assert.ErrorContains(t, err, "Linux allows at most 15")
 }
+
+// TestShardsOverTAP runs a two-queue TAP with two shards. With the steering
+// program every frame of every connection arrives on its owner's queue (no
+// software hand-off); without it the kernel's own spread needs hand-offs,
+// and every connection still works.
+func TestShardsOverTAP(t *testing.T) {
+	const conns = 1000
+	for _, steering := range []bool{true, false} {
+		t.Run(fmt.Sprintf("steering=%v", steering), func(t *testing.T) {
+			topo := taptopo.New(t, taptopo.Options{Queues: 2, DisableSteering: !steering})
+			require.Len(t, topo.Stack.Stats().Shards, 2)
+
+			// polarnet clients, kernel server: each conn sends its index and
+			// reads it back.
+			kln := kernelListen(t, topo, taptopo.Kernel4)
+			go func() {
+				for {
+					c, err := kln.Accept()
+					if err != nil {
+						return
+					}
+					go func() { defer c.Close(); io.Copy(c, c) }()
+				}
+			}()
+			for i := range conns {
+				c, err := topo.Stack.DialTCP(t.Context(), "tcp", netip.AddrPort{}, kln.Addr().(*net.TCPAddr).AddrPort())
+				require.NoError(t, err)
+				echoCheck(t, c, i)
+			}
+
+			// kernel clients, polarnet server.
+			pln, err := topo.Stack.ListenTCP("tcp", netip.AddrPortFrom(taptopo.Stack4, 0), 0, net.KeepAliveConfig{})
+			require.NoError(t, err)
+			defer pln.Close()
+			go func() {
+				for {
+					c, err := pln.Accept()
+					if err != nil {
+						return
+					}
+					go func() { defer c.Close(); io.Copy(c, c) }()
+				}
+			}()
+			require.NoError(t, topo.NS.Do(func() error {
+				for i := range conns {
+					c, err := net.DialTimeout("tcp", pln.Addr().String(), 10*time.Second)
+					if err != nil {
+						return err
+					}
+					if err := echoRoundTrip(c, i); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+
+			stats := topo.Stack.Stats()
+			for i, sh := range stats.Shards {
+				assert.Greater(t, sh.RxFrames, uint64(conns/4), "shard %d got a fair share of the frames", i)
+			}
+			if steering {
+				assert.Zero(t, stats.Total.HandoffOut, "with the steering program no flow needs a hand-off")
+			} else {
+				assert.NotZero(t, stats.Total.HandoffOut, "without it the kernel's spread needs hand-offs")
+			}
+			assert.Zero(t, stats.Total.HandoffDrop)
+		})
+	}
+}
+
+func echoCheck(t *testing.T, c net.Conn, i int) {
+	t.Helper()
+	require.NoError(t, echoRoundTrip(c, i))
+}
+
+// echoRoundTrip sends a line naming i to an echo server, checks the echo and
+// closes the conn.
+func echoRoundTrip(c net.Conn, i int) error {
+	defer c.Close()
+	msg := fmt.Sprintf("connection %d\n", i)
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(c, msg); err != nil {
+		return err
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return err
+	}
+	if string(got) != msg {
+		return fmt.Errorf("echo of %q was %q", msg, got)
+	}
+	return nil
+}

@@ -35,12 +35,16 @@ const (
 // Link is a TAP device driven from user space: one queue pair per file
 // descriptor attached to the device. It implements polarnet.Link.
 type Link struct {
-	info   polarnet.LinkInfo
-	queues []polarnet.Queue
-	closed atomic.Bool
+	info    polarnet.LinkInfo
+	queues  []polarnet.Queue
+	steered bool // the steering program spreads flows over the queues
+	closed  atomic.Bool
 }
 
-var _ polarnet.Link = (*Link)(nil)
+var (
+	_ polarnet.Link    = (*Link)(nil)
+	_ polarnet.Steerer = (*Link)(nil)
+)
 
 // New creates the TAP device cfg describes, or attaches to the existing
 // device of that name, and opens its queues.
@@ -96,6 +100,12 @@ func New(cfg Config) (*Link, error) {
 	if cfg.MTU, err = setMTU(name, cfg.MTU, exists); err != nil {
 		return nil, err
 	}
+	steered := cfg.Queues > 1 && !cfg.DisableSteering
+	if steered {
+		if err := attachSteering(fd, name, cfg.Queues); err != nil {
+			return nil, err
+		}
+	}
 	// WaitRead parks on a duplicate of each queue's descriptor (see queue).
 	for _, fd := range fds {
 		wfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -110,7 +120,7 @@ func New(cfg Config) (*Link, error) {
 		}
 	}
 
-	l := &Link{info: polarnet.LinkInfo{
+	l := &Link{steered: steered, info: polarnet.LinkInfo{
 		Name:        name,
 		MAC:         cfg.MAC,
 		MTU:         cfg.MTU,
