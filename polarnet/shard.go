@@ -34,6 +34,7 @@ type shard struct {
 	id      int
 	owner   *Stack
 	stack   *stack.Stack
+	clock   *shardClock
 	queue   Queue
 	ep      *nicEndpoint
 	tx      *txQueue
@@ -86,10 +87,16 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 	}
 	s.tx = newTxQueue(q, info.Caps, &s.stats)
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
+	s.clock = newShardClock(func() {
+		if !s.tx.pollerAwake.Load() {
+			q.Interrupt()
+		}
+	})
 	s.stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 		HandleLocal:        true,
+		Clock:              s.clock,
 	})
 	if err := s.configure(cfg); err != nil {
 		s.stack.Destroy()
@@ -200,6 +207,7 @@ func (s *shard) stop() {
 func (s *shard) poll() {
 	defer close(s.done)
 	defer s.releaseRx()
+	defer s.clock.detach()
 	s.tx.pollerAwake.Store(true)
 	var idleSince time.Time
 	for !s.stopped.Load() {
@@ -208,6 +216,7 @@ func (s *shard) poll() {
 			s.deliver(n)
 		}
 		n += s.receiveHandoffs()
+		s.clock.runDue()
 		s.tx.flush()
 		if err != nil {
 			if errors.Is(err, ErrLinkClosed) {
@@ -246,9 +255,9 @@ func (s *shard) poll() {
 func (s *shard) sleep() bool {
 	s.tx.pollerAwake.Store(false)
 	s.tx.flush()
-	// A shard that hands us a frame wakes us only if it sees us asleep:
-	// look at the rings once more now that we are.
-	if s.handoffsPending() {
+	// A shard that hands us a frame, or a timer that comes due, wakes us
+	// only if it sees us asleep: look once more now that we are.
+	if s.handoffsPending() || s.clock.earliest.Load() <= time.Now().UnixNano() {
 		s.tx.pollerAwake.Store(true)
 		return true
 	}

@@ -1,0 +1,176 @@
+package polarnet
+
+import (
+	"container/heap"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+)
+
+// shardClock is the tcpip.Clock of one shard: its timers (retransmission,
+// keep-alive, TIME_WAIT, delayed work of every kind) fire on the shard's
+// poller, between bursts, so a connection's timers run on the core that
+// owns it. A sleeping poller is woken for the earliest timer. Once the
+// poller has stopped, timers fire on their own goroutines like
+// tcpip.NewStdClock's.
+type shardClock struct {
+	tcpip.Clock // Now and NowMonotonic
+
+	// earliest is the deadline of the first timer in UnixNano (MaxInt64 when
+	// there is none), so the poller can skip the lock when nothing is due.
+	earliest atomic.Int64
+	wake     func() // interrupts the poller if it sleeps
+
+	mu       sync.Mutex
+	timers   timerHeap
+	alarm    *time.Timer // wakes the sleeping poller for timers[0]
+	alarmAt  time.Time
+	detached bool // the poller is gone: timers run on their own
+}
+
+var _ tcpip.Clock = (*shardClock)(nil)
+
+func newShardClock(wake func()) *shardClock {
+	c := &shardClock{Clock: tcpip.NewStdClock(), wake: wake}
+	c.earliest.Store(noTimer)
+	return c
+}
+
+const noTimer = int64(^uint64(0) >> 1)
+
+// AfterFunc implements tcpip.Clock.
+func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
+	t := &shardTimer{clock: c, f: f, index: -1}
+	t.Reset(d)
+	return t
+}
+
+// runDue calls the timers that are due; the poller calls it every iteration.
+func (c *shardClock) runDue() {
+	now := time.Now()
+	if c.earliest.Load() > now.UnixNano() {
+		return
+	}
+	var due []*shardTimer
+	c.mu.Lock()
+	for len(c.timers) > 0 && !c.timers[0].when.After(now) {
+		due = append(due, heap.Pop(&c.timers).(*shardTimer))
+	}
+	c.rearmLocked()
+	c.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
+}
+
+// detach hands the timers to Go's runtime once the poller has stopped, so
+// teardown that waits for a timer still completes.
+func (c *shardClock) detach() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.detached = true
+	for _, t := range c.timers {
+		t.index = -1
+		t.startGoTimer(time.Until(t.when))
+	}
+	c.timers = nil
+	c.earliest.Store(noTimer)
+	if c.alarm != nil {
+		c.alarm.Stop()
+	}
+}
+
+// rearmLocked publishes the earliest deadline and moves the alarm to it.
+func (c *shardClock) rearmLocked() {
+	if len(c.timers) == 0 {
+		c.earliest.Store(noTimer)
+		return
+	}
+	when := c.timers[0].when
+	c.earliest.Store(when.UnixNano())
+	if c.alarm != nil && c.alarmAt.Equal(when) {
+		return
+	}
+	c.alarmAt = when
+	if c.alarm == nil {
+		c.alarm = time.AfterFunc(time.Until(when), c.wake)
+	} else {
+		c.alarm.Reset(time.Until(when))
+	}
+}
+
+// shardTimer is a timer of a shardClock.
+type shardTimer struct {
+	clock *shardClock
+	f     func()
+	when  time.Time
+	index int         // position in the heap, -1 when not scheduled there
+	goT   *time.Timer // set once the clock is detached
+}
+
+// Stop implements tcpip.Timer.
+func (t *shardTimer) Stop() bool {
+	c := t.clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.goT != nil {
+		return t.goT.Stop()
+	}
+	if t.index < 0 {
+		return false
+	}
+	heap.Remove(&c.timers, t.index)
+	c.rearmLocked()
+	return true
+}
+
+// Reset implements tcpip.Timer.
+func (t *shardTimer) Reset(d time.Duration) {
+	c := t.clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.detached {
+		t.startGoTimer(d)
+		return
+	}
+	t.when = time.Now().Add(d)
+	if t.index >= 0 {
+		heap.Fix(&c.timers, t.index)
+	} else {
+		heap.Push(&c.timers, t)
+	}
+	c.rearmLocked()
+}
+
+func (t *shardTimer) startGoTimer(d time.Duration) {
+	if t.goT == nil {
+		t.goT = time.AfterFunc(d, t.f)
+		return
+	}
+	t.goT.Reset(d)
+}
+
+// timerHeap orders timers by deadline (container/heap).
+type timerHeap []*shardTimer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].when.Before(h[j].when) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*shardTimer)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	t.index = -1
+	*h = old[:len(old)-1]
+	return t
+}
