@@ -2,6 +2,7 @@ package polarnet
 
 import (
 	"fmt"
+	"runtime"
 	"net/netip"
 	"time"
 )
@@ -34,6 +35,11 @@ type Config struct {
 	// SpinBudget is how long an adaptive poller keeps polling an empty
 	// queue before it sleeps. Zero: 50µs. Ignored by the other modes.
 	SpinBudget time.Duration
+
+	// CPUs pins pollers: poller i runs on a locked OS thread bound to
+	// CPUs[i % len(CPUs)]. Meant for PollBusy on isolated cores. Zero: the
+	// Go scheduler places pollers like any goroutine.
+	CPUs []int
 
 	// TCP tunes the TCP protocol.
 	TCP TCPConfig
@@ -155,6 +161,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Poll > PollBlocking {
 		return cfg, fmt.Errorf("polarnet: unknown poll mode %v", cfg.Poll)
+	}
+	for _, cpu := range cfg.CPUs {
+		if cpu < 0 || cpu >= runtime.NumCPU() {
+			return cfg, fmt.Errorf("polarnet: CPU %d outside 0..%d", cpu, runtime.NumCPU()-1)
+		}
 	}
 	if cfg.SpinBudget == 0 {
 		cfg.SpinBudget = defaultSpinBudget

@@ -43,6 +43,7 @@ type shard struct {
 	rxSize  int
 	mode    PollMode
 	spin    time.Duration
+	cpu     int // pinned to this CPU; -1: not pinned
 	rx      []RxFrame
 	rxViews []*buffer.View
 	done    chan struct{}
@@ -77,6 +78,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 		queue:  q,
 		mode:   cfg.Poll,
 		spin:   cfg.SpinBudget,
+		cpu:    -1,
 		rxSize: info.RxFrameSize,
 		maxRx:  cfg.MTU + header.EthernetMinimumSize,
 		done:   make(chan struct{}),
@@ -84,6 +86,9 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 	if info.Caps&CapGSO != 0 {
 		// A link that segments for us may also hand us coalesced frames.
 		s.maxRx = info.RxFrameSize
+	}
+	if len(cfg.CPUs) > 0 {
+		s.cpu = cfg.CPUs[id%len(cfg.CPUs)]
 	}
 	s.tx = newTxQueue(q, info.Caps, &s.stats)
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
@@ -208,6 +213,11 @@ func (s *shard) poll() {
 	defer close(s.done)
 	defer s.releaseRx()
 	defer s.clock.detach()
+	if s.cpu >= 0 {
+		// Never unlocked: the runtime retires the thread, whose affinity
+		// we changed, when the poller exits.
+		pinThread(s.cpu)
+	}
 	s.tx.pollerAwake.Store(true)
 	var idleSince time.Time
 	for !s.stopped.Load() {

@@ -191,3 +191,14 @@ func TestShardsCloseLeavesNothingBehind(t *testing.T) {
 	}()
 	snap.Check(t)
 }
+
+func TestPinnedBusyPollers(t *testing.T) {
+	a, b := newPair(t, linktest.PipeConfig{Queues: 2}, func(c *polarnet.Config) {
+		c.Poll = polarnet.PollBusy
+		c.CPUs = []int{0}
+	})
+	c, s := connPair(t, a, b, addrB.Addr())
+	require.NoError(t, xfer.Exchange(c, s, 1<<20))
+	_, err := polarnet.New(polarnet.Config{Link: func() polarnet.Link { l, _ := linktest.Pipe(linktest.PipeConfig{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
+	assert.ErrorContains(t, err, "CPU 4096")
+}
