@@ -1,9 +1,11 @@
 package tap_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,4 +113,69 @@ func runRR(b *testing.B, c net.Conn) {
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// BenchmarkIdleCPU reports the CPU an idle two-shard stack over TAP uses in
+// adaptive mode, as a percentage of one core: pollers must sleep, not spin.
+// Run with -benchtime=100x for a 10-second measurement.
+func BenchmarkIdleCPU(b *testing.B) {
+	taptopo.New(b, taptopo.Options{Queues: 2})
+	time.Sleep(100 * time.Millisecond) // let start-up traffic (NDP, ARP) settle
+	var before, after syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+	b.ReportMetric(100*cpu.Seconds()/elapsed.Seconds(), "cpu-%")
+}
+
+// BenchmarkShardsRR4K64Conns compares one and two shards over TAP with 64
+// connections doing 4 KiB request/response against a kernel echo server.
+func BenchmarkShardsRR4K64Conns(b *testing.B) {
+	for _, queues := range []int{1, 2} {
+		b.Run(fmt.Sprintf("shards=%d", queues), func(b *testing.B) {
+			topo := taptopo.New(b, taptopo.Options{Queues: queues})
+			ln := startKernelServer(b, topo.NS, taptopo.Kernel4)
+			const conns = 64
+			cs := make([]net.Conn, conns)
+			for i := range cs {
+				c, err := topo.Stack.DialTCP(b.Context(), "tcp", netip.AddrPort{}, ln)
+				require.NoError(b, err)
+				defer c.Close()
+				cs[i] = c
+			}
+			var before, after syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			start := time.Now()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := b.N/conns + 1
+			for _, c := range cs {
+				wg.Go(func() {
+					req, resp := make([]byte, 4096), make([]byte, 64)
+					for range per {
+						if _, err := c.Write(req); err != nil {
+							return
+						}
+						if _, err := io.ReadFull(c, resp); err != nil {
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			elapsed := time.Since(start)
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			ops := per * conns
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+			b.ReportMetric(float64(ops)/elapsed.Seconds(), "ops/s")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(ops), "cpu-µs/op")
+			b.ReportMetric(float64(topo.Stack.Stats().Total.HandoffOut), "handoffs")
+		})
+	}
 }
