@@ -1,6 +1,7 @@
 package polarnet_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -11,34 +12,38 @@ import (
 
 // BenchmarkRoundTrip4K is the hot path: one 4 KiB request and a 64-byte
 // response between two stacks over the in-memory link, at the link's
-// largest MTU (one segment per message) and at 1500.
+// largest MTU (one segment per message) and at 1500, in each poll mode,
+// with the ACK filter on and off. segs/op counts frames on the link in both
+// directions.
 func BenchmarkRoundTrip4K(b *testing.B) {
 	for _, mtu := range []int{65535, 1500} {
 		for _, mode := range []polarnet.PollMode{polarnet.PollAdaptive, polarnet.PollBlocking} {
-			b.Run(mtuName(mtu)+"/"+mode.String(), func(b *testing.B) {
-				a, z := newPair(b, linktest.PipeConfig{MTU: mtu}, func(c *polarnet.Config) { c.Poll = mode })
-				client, server := connPair(b, a, z, addrB.Addr())
-				go echo4K(server)
-				req, resp := make([]byte, 4096), make([]byte, 64)
-				for range 100 {
-					roundTrip(b, client, req, resp)
-				}
-				b.ReportAllocs()
-				b.SetBytes(4096 + 64)
-				b.ResetTimer()
-				for b.Loop() {
-					roundTrip(b, client, req, resp)
-				}
-			})
+			for _, ackFilter := range []bool{true, false} {
+				name := fmt.Sprintf("mtu=%d/%v/ackfilter=%v", mtu, mode, ackFilter)
+				b.Run(name, func(b *testing.B) {
+					a, z := newPair(b, linktest.PipeConfig{MTU: mtu}, func(c *polarnet.Config) {
+						c.Poll = mode
+						c.ACK.DisableFilter = !ackFilter
+					})
+					client, server := connPair(b, a, z, addrB.Addr())
+					go echo4K(server)
+					req, resp := make([]byte, 4096), make([]byte, 64)
+					for range 100 {
+						roundTrip(b, client, req, resp)
+					}
+					frames := func() uint64 { return a.Stats().Total.TxFrames + z.Stats().Total.TxFrames }
+					before := frames()
+					b.ReportAllocs()
+					b.ResetTimer()
+					for b.Loop() {
+						roundTrip(b, client, req, resp)
+					}
+					b.StopTimer()
+					b.ReportMetric(float64(frames()-before)/float64(b.N), "segs/op")
+				})
+			}
 		}
 	}
-}
-
-func mtuName(mtu int) string {
-	if mtu == 1500 {
-		return "mtu1500"
-	}
-	return "mtu64k"
 }
 
 func roundTrip(b *testing.B, c net.Conn, req, resp []byte) {

@@ -2,8 +2,8 @@ package polarnet
 
 import (
 	"fmt"
-	"runtime"
 	"net/netip"
+	"runtime"
 	"time"
 )
 
@@ -43,6 +43,22 @@ type Config struct {
 
 	// TCP tunes the TCP protocol.
 	TCP TCPConfig
+
+	// ACK configures the ACK filter of the TX queue.
+	ACK ACKConfig
+}
+
+// ACKConfig configures the ACK filter: on by default, it drops a pure ACK
+// when a later segment of the same flow in the same TX batch acknowledges as
+// much (never a duplicate ACK, one with SACK blocks, one opening a zero
+// window, or one with SYN, FIN or RST), and holds a pure ACK up to Delay
+// for a segment that can carry it.
+type ACKConfig struct {
+	// DisableFilter sends every ACK gVisor makes.
+	DisableFilter bool
+	// Delay is how long a pure ACK may wait. Zero: 20µs; negative: ACKs are
+	// only coalesced within a batch, never held.
+	Delay time.Duration
 }
 
 // PollMode says what a shard's poller does when its RX queue is empty.
@@ -166,6 +182,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		if cpu < 0 || cpu >= runtime.NumCPU() {
 			return cfg, fmt.Errorf("polarnet: CPU %d outside 0..%d", cpu, runtime.NumCPU()-1)
 		}
+	}
+	if cfg.ACK.Delay == 0 {
+		cfg.ACK.Delay = ackDelayDefault
 	}
 	if cfg.SpinBudget == 0 {
 		cfg.SpinBudget = defaultSpinBudget

@@ -66,6 +66,7 @@ type shardCounters struct {
 	shareOut                           atomic.Uint64
 	txFrames, txBytes, txBursts        atomic.Uint64
 	txRingFull, txErrors               atomic.Uint64
+	ackFiltered, ackHeld               atomic.Uint64
 	pollWakeups, pollErrors            atomic.Uint64
 }
 
@@ -90,13 +91,13 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 	if len(cfg.CPUs) > 0 {
 		s.cpu = cfg.CPUs[id%len(cfg.CPUs)]
 	}
-	s.tx = newTxQueue(q, info.Caps, &s.stats)
-	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	s.clock = newShardClock(func() {
 		if !s.tx.pollerAwake.Load() {
 			q.Interrupt()
 		}
 	})
+	s.tx = newTxQueue(q, info.Caps, &s.stats, cfg.ACK, s.clock)
+	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	s.stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},

@@ -33,6 +33,9 @@ type ShardStats struct {
 	TxRingFull uint64
 	// TxErrors counts frames the link failed to send.
 	TxErrors uint64
+	// ACKFiltered counts pure ACKs the ACK filter dropped because a later
+	// segment carried them; ACKHeld counts pure ACKs it held back.
+	ACKFiltered, ACKHeld uint64
 	// PollWakeups counts how often the poller slept and woke.
 	PollWakeups uint64
 	// PollErrors counts failed ReadBurst calls.
@@ -56,6 +59,8 @@ func (c *shardCounters) snapshot() ShardStats {
 		TxBursts:       c.txBursts.Load(),
 		TxRingFull:     c.txRingFull.Load(),
 		TxErrors:       c.txErrors.Load(),
+		ACKFiltered:    c.ackFiltered.Load(),
+		ACKHeld:        c.ackHeld.Load(),
 		PollWakeups:    c.pollWakeups.Load(),
 		PollErrors:     c.pollErrors.Load(),
 	}
@@ -77,6 +82,8 @@ func (a *ShardStats) add(b ShardStats) {
 	a.TxBursts += b.TxBursts
 	a.TxRingFull += b.TxRingFull
 	a.TxErrors += b.TxErrors
+	a.ACKFiltered += b.ACKFiltered
+	a.ACKHeld += b.ACKHeld
 	a.PollWakeups += b.PollWakeups
 	a.PollErrors += b.PollErrors
 }

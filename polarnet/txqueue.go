@@ -3,6 +3,7 @@ package polarnet
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -16,33 +17,56 @@ const txBatchSize = 64
 // txQueue is the NIC's queueing discipline: gVisor hands it every outgoing
 // packet, it collects them and writes them to the link queue in bursts. The
 // shard's poller flushes it once per poll iteration; while the poller sleeps
-// the writer flushes at once, so a packet never waits for a wakeup.
+// the writer flushes at once, so a packet never waits for a wakeup. On the
+// way out the ACK filter drops pure ACKs a later segment makes redundant, and
+// may hold a pure ACK for a few microseconds for a segment to carry it.
 type txQueue struct {
 	queue    Queue
 	linkCaps Capabilities
 	stats    *shardCounters
+	filter   bool
+	delay    time.Duration // 0: pure ACKs are never held
+	clock    *shardClock
 
 	// pollerAwake is set while the poller runs iterations (and will flush).
 	pollerAwake atomic.Bool
 
 	mu      sync.Mutex
 	pending []*stack.PacketBuffer
+	heldAt  []time.Time // per pending packet: when the filter first held it
 	frames  []TxFrame
-	segs    [][]byte
+	iovecs  [][]byte
+	segs    []segment
+	drop    []bool
+	hold    []bool
+	history map[flowKey]flowHistory
+	timer   tcpip.Timer // flushes held ACKs when their delay is up
+	armed   bool
 	closed  bool
 }
 
 var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
-func newTxQueue(q Queue, caps Capabilities, stats *shardCounters) *txQueue {
-	return &txQueue{
+func newTxQueue(q Queue, caps Capabilities, stats *shardCounters, ack ACKConfig, clock *shardClock) *txQueue {
+	t := &txQueue{
 		queue:    q,
 		linkCaps: caps,
 		stats:    stats,
+		filter:   !ack.DisableFilter,
+		clock:    clock,
 		pending:  make([]*stack.PacketBuffer, 0, txBatchSize),
+		heldAt:   make([]time.Time, 0, txBatchSize),
 		frames:   make([]TxFrame, txBatchSize),
-		segs:     make([][]byte, 0, 4*txBatchSize),
+		iovecs:   make([][]byte, 0, 4*txBatchSize),
+		segs:     make([]segment, txBatchSize),
+		drop:     make([]bool, txBatchSize),
+		hold:     make([]bool, txBatchSize),
+		history:  make(map[flowKey]flowHistory),
 	}
+	if t.filter && ack.Delay > 0 {
+		t.delay = ack.Delay
+	}
+	return t
 }
 
 // WritePacket implements stack.QueueingDiscipline.
@@ -53,6 +77,7 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		return &tcpip.ErrClosedForSend{}
 	}
 	q.pending = append(q.pending, pkt.IncRef())
+	q.heldAt = append(q.heldAt, time.Time{})
 	if len(q.pending) >= txBatchSize || !q.pollerAwake.Load() {
 		q.flushLocked()
 	}
@@ -64,7 +89,14 @@ func (q *txQueue) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	q.releaseLocked(0)
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	for i, pkt := range q.pending {
+		pkt.DecRef()
+		q.pending[i] = nil
+	}
+	q.pending, q.heldAt = q.pending[:0], q.heldAt[:0]
 }
 
 // flush writes out what is pending; the poller calls it every iteration.
@@ -77,10 +109,27 @@ func (q *txQueue) flush() {
 }
 
 func (q *txQueue) flushLocked() {
-	q.segs = q.segs[:0]
-	frames := q.frames[:len(q.pending)]
+	n := len(q.pending)
+	segs, drop, hold := q.segs[:n], q.drop[:n], q.hold[:n]
+	clear(drop)
+	clear(hold)
+	if q.filter {
+		for i, pkt := range q.pending {
+			segs[i] = parseSegment(pkt)
+		}
+		q.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, q.history)))
+		if q.delay > 0 {
+			q.holdACKs(segs, drop, hold)
+		}
+	}
+
+	q.iovecs = q.iovecs[:0]
+	frames := q.frames[:0]
 	for i, pkt := range q.pending {
-		start := len(q.segs)
+		if drop[i] || hold[i] {
+			continue
+		}
+		start := len(q.iovecs)
 		vl, off := pkt.AsViewList()
 		for v := vl.Front(); v != nil; v = v.Next() {
 			b := v.AsSlice()
@@ -88,11 +137,84 @@ func (q *txQueue) flushLocked() {
 				off -= len(b)
 				continue
 			}
-			q.segs = append(q.segs, b[off:])
+			q.iovecs = append(q.iovecs, b[off:])
 			off = 0
 		}
-		frames[i] = TxFrame{Segs: q.segs[start:len(q.segs):len(q.segs)], Offload: q.offload(pkt)}
+		frames = append(frames, TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt)})
 	}
+	if len(frames) > 0 {
+		q.write(frames)
+	}
+	if q.filter {
+		for i := range hold {
+			drop[i] = drop[i] || hold[i]
+		}
+		remember(segs, drop, q.history)
+	}
+
+	// Keep the held packets, in order, for the next flush.
+	kept := 0
+	for i, pkt := range q.pending {
+		if hold[i] {
+			q.pending[kept], q.heldAt[kept] = pkt, q.heldAt[i]
+			kept++
+			continue
+		}
+		pkt.DecRef()
+	}
+	clear(q.pending[kept:])
+	q.pending, q.heldAt = q.pending[:kept], q.heldAt[:kept]
+	if kept > 0 && !q.armed {
+		q.armed = true
+		if q.timer == nil {
+			q.timer = q.clock.AfterFunc(q.delay, q.release)
+		} else {
+			q.timer.Reset(q.delay)
+		}
+	}
+}
+
+// holdACKs marks the pure ACKs to keep back: the last segment of their flow
+// in the batch, allowed to be elided, and not yet held for the full delay.
+func (q *txQueue) holdACKs(segs []segment, drop, hold []bool) {
+	now := time.Now()
+	for i := range segs {
+		a := &segs[i]
+		if drop[i] || !a.pureACK() || !mayElide(a, q.history) {
+			continue
+		}
+		if at := q.heldAt[i]; !at.IsZero() && now.Sub(at) >= q.delay {
+			continue
+		}
+		last := true
+		for j := i + 1; j < len(segs); j++ {
+			if !drop[j] && segs[j].tcp && segs[j].flow == a.flow {
+				last = false
+				break
+			}
+		}
+		if last {
+			hold[i] = true
+			if q.heldAt[i].IsZero() {
+				q.heldAt[i] = now
+				q.stats.ackHeld.Add(1)
+			}
+		}
+	}
+}
+
+// release flushes the held ACKs whose delay is up; the shard's clock calls
+// it on the poller.
+func (q *txQueue) release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.armed = false
+	if !q.closed && len(q.pending) > 0 {
+		q.flushLocked()
+	}
+}
+
+func (q *txQueue) write(frames []TxFrame) {
 	n, err := q.queue.WriteBurst(frames)
 	var bytes uint64
 	for i := range n {
@@ -108,18 +230,7 @@ func (q *txQueue) flushLocked() {
 			q.stats.txRingFull.Add(uint64(dropped))
 		}
 	}
-	for i := range frames {
-		frames[i] = TxFrame{}
-	}
-	q.releaseLocked(0)
-}
-
-func (q *txQueue) releaseLocked(from int) {
-	for i := from; i < len(q.pending); i++ {
-		q.pending[i].DecRef()
-		q.pending[i] = nil
-	}
-	q.pending = q.pending[:from]
+	clear(frames)
 }
 
 // offload translates gVisor's GSO options into link offload requests, and

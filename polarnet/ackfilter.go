@@ -1,0 +1,159 @@
+package polarnet
+
+import (
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// gVisor acknowledges every data segment at once with a pure ACK; when the
+// application answers within microseconds, the answer carries the same
+// acknowledgement and the pure ACK was a wasted segment at both ends. The
+// ACK filter drops such ACKs in the TX batch (in the spirit of CAKE's ACK
+// filter) and, with a delay budget, holds a pure ACK briefly so that an
+// answer can carry it: a delayed ACK at the link layer.
+
+// flowKey names a TCP flow as seen on the segments we send.
+type flowKey struct {
+	src, dst         tcpip.Address
+	srcPort, dstPort uint16
+}
+
+// segment is what the ACK filter needs to know of an outgoing packet.
+type segment struct {
+	tcp     bool // a TCP segment the filter understood; others pass untouched
+	flow    flowKey
+	flags   header.TCPFlags
+	ack     seqnum.Value
+	window  uint16
+	payload int
+	sack    bool // carries SACK blocks
+}
+
+// pureACK reports whether s carries nothing but an acknowledgement.
+func (s *segment) pureACK() bool {
+	return s.tcp && s.payload == 0 && !s.sack && s.flags&^header.TCPFlagPsh == header.TCPFlagAck
+}
+
+// parseSegment reads the TCP header of an outgoing packet.
+func parseSegment(pkt *stack.PacketBuffer) segment {
+	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
+		return segment{}
+	}
+	th := header.TCP(pkt.TransportHeader().Slice())
+	if len(th) < header.TCPMinimumSize || int(th.DataOffset()) > len(th) {
+		return segment{}
+	}
+	s := segment{
+		tcp:     true,
+		flags:   th.Flags(),
+		ack:     seqnum.Value(th.AckNumber()),
+		window:  th.WindowSize(),
+		payload: pkt.Data().Size(),
+		sack:    hasSACKBlocks(th[header.TCPMinimumSize:th.DataOffset()]),
+	}
+	s.flow.srcPort, s.flow.dstPort = th.SourcePort(), th.DestinationPort()
+	switch nh := pkt.NetworkHeader().Slice(); pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		s.flow.src, s.flow.dst = header.IPv4(nh).SourceAddress(), header.IPv4(nh).DestinationAddress()
+	case header.IPv6ProtocolNumber:
+		s.flow.src, s.flow.dst = header.IPv6(nh).SourceAddress(), header.IPv6(nh).DestinationAddress()
+	default:
+		return segment{}
+	}
+	return s
+}
+
+// hasSACKBlocks walks TCP options looking for a SACK block option.
+func hasSACKBlocks(opts []byte) bool {
+	for len(opts) > 0 {
+		switch kind := opts[0]; kind {
+		case header.TCPOptionEOL:
+			return false
+		case header.TCPOptionNOP:
+			opts = opts[1:]
+			continue
+		case header.TCPOptionSACK:
+			return true
+		}
+		if len(opts) < 2 || opts[1] < 2 || int(opts[1]) > len(opts) {
+			return false
+		}
+		opts = opts[opts[1]:]
+	}
+	return false
+}
+
+// flowHistory is what the filter remembers of each flow's last sent ACK:
+// enough to recognise duplicate ACKs and zero-window openings, which are
+// never dropped or held. Flows it does not know are treated as if every
+// ACK might matter.
+type flowHistory struct {
+	ack    seqnum.Value
+	window uint16
+}
+
+// maxFlowHistory bounds the memory of the filter; past it, history starts
+// afresh (and the first ACK of each flow passes untouched).
+const maxFlowHistory = 1 << 14
+
+// mayElide reports whether pure ACK a may be dropped or held: it must be
+// neither a duplicate ACK (a loss signal) nor the one that opens a zero
+// window, judged against the last ACK sent on the flow.
+func mayElide(a *segment, history map[flowKey]flowHistory) bool {
+	last, known := history[a.flow]
+	if !known {
+		return false
+	}
+	if a.ack == last.ack {
+		return false // a duplicate ACK
+	}
+	return !(last.window == 0 && a.window != 0)
+}
+
+// supersedes reports whether later segment b conveys everything pure ACK a
+// does: the same flow, an acknowledgement at least as far, a window at
+// least as large, and no reset.
+func supersedes(b, a *segment) bool {
+	return b.tcp && b.flow == a.flow && b.flags&header.TCPFlagAck != 0 && b.flags&header.TCPFlagRst == 0 &&
+		!b.ack.LessThan(a.ack) && b.window >= a.window
+}
+
+// filterACKs marks the pure ACKs in segs that a later segment of the batch
+// makes redundant, and returns how many it marked.
+func filterACKs(segs []segment, drop []bool, history map[flowKey]flowHistory) int {
+	n := 0
+	for i := range segs {
+		a := &segs[i]
+		if drop[i] || !a.pureACK() || !mayElide(a, history) {
+			continue
+		}
+		for j := i + 1; j < len(segs); j++ {
+			if supersedes(&segs[j], a) {
+				drop[i] = true
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// remember records the ACKs a flushed batch sent.
+func remember(segs []segment, drop []bool, history map[flowKey]flowHistory) {
+	if len(history) > maxFlowHistory {
+		clear(history)
+	}
+	for i := range segs {
+		if s := &segs[i]; s.tcp && !drop[i] && s.flags&header.TCPFlagAck != 0 {
+			history[s.flow] = flowHistory{ack: s.ack, window: s.window}
+		}
+	}
+}
+
+// ackDelayDefault is how long a pure ACK may wait for a segment to carry it:
+// long enough for an application answering from memory, far below any RTO.
+const ackDelayDefault = 20 * time.Microsecond

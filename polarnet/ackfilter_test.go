@@ -1,0 +1,206 @@
+package polarnet
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// recordingQueue is a Queue that keeps the TCP headers of what is written.
+type recordingQueue struct {
+	mu   sync.Mutex
+	sent []header.TCP
+}
+
+func (r *recordingQueue) ReadBurst([]RxFrame) (int, error) { return 0, nil }
+func (r *recordingQueue) WaitRead() error                  { return nil }
+func (r *recordingQueue) Interrupt()                       {}
+func (r *recordingQueue) WriteBurst(frames []TxFrame) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range frames {
+		var flat []byte
+		for _, s := range f.Segs {
+			flat = append(flat, s...)
+		}
+		r.sent = append(r.sent, header.TCP(flat[header.EthernetMinimumSize+header.IPv4MinimumSize:]))
+	}
+	return len(frames), nil
+}
+
+// acks returns the ACK numbers of what was sent, in order.
+func (r *recordingQueue) acks() []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []uint32
+	for _, s := range r.sent {
+		out = append(out, s.AckNumber())
+	}
+	return out
+}
+
+type seg struct {
+	port    uint16 // the flow: local port
+	flags   header.TCPFlags
+	ack     uint32
+	window  uint16
+	payload int
+	sack    bool
+}
+
+// packet builds an outgoing IPv4/TCP packet as gVisor would hand it to the
+// queueing discipline (Ethernet header included).
+func packet(s seg) *stack.PacketBuffer {
+	var opts []byte
+	if s.sack {
+		opts = []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, 10, 0, 0, 0, 1, 0, 0, 0, 2}
+	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		ReserveHeaderBytes: 128,
+		Payload:            buffer.MakeWithData(make([]byte, s.payload)),
+	})
+	th := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize + len(opts)))
+	th.Encode(&header.TCPFields{
+		SrcPort: s.port, DstPort: 80, SeqNum: 1, AckNum: s.ack,
+		DataOffset: uint8(header.TCPMinimumSize + len(opts)), Flags: s.flags, WindowSize: s.window,
+	})
+	copy(th[header.TCPMinimumSize:], opts)
+	pkt.TransportProtocolNumber = header.TCPProtocolNumber
+	ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
+	ip.Encode(&header.IPv4Fields{
+		TotalLength: uint16(pkt.Size()), Protocol: uint8(header.TCPProtocolNumber), TTL: 64,
+		SrcAddr: tcpip.AddrFrom4([4]byte{198, 18, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{198, 18, 0, 2}),
+	})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	header.Ethernet(pkt.LinkHeader().Push(header.EthernetMinimumSize)).Encode(&header.EthernetFields{Type: header.IPv4ProtocolNumber})
+	return pkt
+}
+
+const (
+	ack    = header.TCPFlagAck
+	ackPsh = header.TCPFlagAck | header.TCPFlagPsh
+)
+
+// batch sends a warm-up ACK per flow (so the filter knows the flows, with
+// ACK number 100 and the given window), then segs as one batch, and returns
+// the ACK numbers that left, warm-ups excluded.
+func batch(t *testing.T, cfg ACKConfig, lastWindow uint16, segs ...seg) ([]uint32, *txQueue) {
+	t.Helper()
+	rq := &recordingQueue{}
+	var stats shardCounters
+	clock := newShardClock(func() {})
+	q := newTxQueue(rq, 0, &stats, cfg, clock)
+	q.pollerAwake.Store(true)
+	seen := map[uint16]bool{}
+	for _, s := range segs {
+		if !seen[s.port] {
+			seen[s.port] = true
+			require.Nil(t, q.WritePacket(packet(seg{port: s.port, flags: ack, ack: 100, window: lastWindow})))
+		}
+	}
+	q.flush()
+	warm := len(rq.acks())
+	for _, s := range segs {
+		pkt := packet(s)
+		require.Nil(t, q.WritePacket(pkt))
+		pkt.DecRef()
+	}
+	q.flush()
+	return rq.acks()[warm:], q
+}
+
+func TestACKFilterDrops(t *testing.T) {
+	noDelay := ACKConfig{Delay: -1}
+	for _, tc := range []struct {
+		name string
+		segs []seg
+		want []uint32
+	}{
+		{"answer carries the ACK", []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ackPsh, ack: 200, window: 500, payload: 64}}, []uint32{200}},
+		{"later ACK acknowledges more", []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}, []uint32{300}},
+		{"PSH on a pure ACK changes nothing", []seg{{port: 1, flags: ackPsh, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}, []uint32{300}},
+		{"a FIN carries it too", []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack | header.TCPFlagFin, ack: 200, window: 500}}, []uint32{200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, q := batch(t, noDelay, 500, tc.segs...)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, uint64(len(tc.segs)-len(tc.want)), q.stats.ackFiltered.Load())
+		})
+	}
+}
+
+func TestACKFilterNeverDrops(t *testing.T) {
+	noDelay := ACKConfig{Delay: -1}
+	for _, tc := range []struct {
+		name       string
+		lastWindow uint16
+		segs       []seg
+	}{
+		{"another flow follows", 500, []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 2, flags: ack, ack: 300, window: 500}}},
+		{"SACK blocks", 500, []seg{{port: 1, flags: ack, ack: 200, window: 500, sack: true}, {port: 1, flags: ack, ack: 300, window: 500}}},
+		{"duplicate ACK", 500, []seg{{port: 1, flags: ack, ack: 100, window: 500}, {port: 1, flags: ackPsh, ack: 100, window: 500, payload: 10}}},
+		{"opens a zero window", 0, []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 0}}},
+		{"later window smaller", 500, []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 400}}},
+		{"later ACK older", 500, []seg{{port: 1, flags: ack, ack: 300, window: 500}, {port: 1, flags: ack, ack: 200, window: 500}}},
+		{"later segment resets", 500, []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack | header.TCPFlagRst, ack: 300, window: 500}}},
+		{"carries a FIN", 500, []seg{{port: 1, flags: ack | header.TCPFlagFin, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}},
+		{"carries a SYN", 500, []seg{{port: 1, flags: ack | header.TCPFlagSyn, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}},
+		{"carries data", 500, []seg{{port: 1, flags: ackPsh, ack: 200, window: 500, payload: 1}, {port: 1, flags: ack, ack: 300, window: 500}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, q := batch(t, noDelay, tc.lastWindow, tc.segs...)
+			assert.Equal(t, []uint32{tc.segs[0].ack, tc.segs[1].ack}, got)
+			assert.Zero(t, q.stats.ackFiltered.Load())
+		})
+	}
+	t.Run("unknown flow", func(t *testing.T) {
+		rq := &recordingQueue{}
+		var stats shardCounters
+		q := newTxQueue(rq, 0, &stats, noDelay, newShardClock(func() {}))
+		q.pollerAwake.Store(true)
+		for _, s := range []seg{{port: 9, flags: ack, ack: 200, window: 5}, {port: 9, flags: ack, ack: 300, window: 5}} {
+			require.Nil(t, q.WritePacket(packet(s)))
+		}
+		q.flush()
+		assert.Equal(t, []uint32{200, 300}, rq.acks(), "the first ACKs of a flow the filter has not seen pass")
+	})
+	t.Run("filter off", func(t *testing.T) {
+		got, _ := batch(t, ACKConfig{DisableFilter: true}, 500, seg{port: 1, flags: ack, ack: 200, window: 500}, seg{port: 1, flags: ack, ack: 300, window: 500})
+		assert.Equal(t, []uint32{200, 300}, got)
+	})
+}
+
+func TestACKDelayHoldsThenReleases(t *testing.T) {
+	cfg := ACKConfig{Delay: 50 * time.Millisecond}
+	got, q := batch(t, cfg, 500, seg{port: 1, flags: ack, ack: 200, window: 500})
+	assert.Empty(t, got, "the lone pure ACK is held")
+	assert.Equal(t, uint64(1), q.stats.ackHeld.Load())
+
+	// An answer within the delay carries it: one segment leaves.
+	pkt := packet(seg{port: 1, flags: ackPsh, ack: 200, window: 500, payload: 64})
+	require.Nil(t, q.WritePacket(pkt))
+	pkt.DecRef()
+	q.flush()
+	rq := q.queue.(*recordingQueue)
+	assert.Equal(t, []uint32{100, 200}, rq.acks(), "warm-up, then the answer alone")
+	assert.Equal(t, uint64(1), q.stats.ackFiltered.Load())
+
+	// Without an answer, the ACK leaves when its delay is up.
+	pkt = packet(seg{port: 1, flags: ack, ack: 300, window: 500})
+	require.Nil(t, q.WritePacket(pkt))
+	pkt.DecRef()
+	q.flush()
+	assert.Len(t, rq.acks(), 2)
+	require.Eventually(t, func() bool {
+		q.clock.runDue()
+		return len(rq.acks()) == 3
+	}, 5*time.Second, time.Millisecond)
+	assert.Equal(t, uint32(300), rq.acks()[2])
+}
