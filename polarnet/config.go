@@ -46,6 +46,12 @@ type Config struct {
 
 	// ACK configures the ACK filter of the TX queue.
 	ACK ACKConfig
+
+	// MaxConns caps the open TCP connections of the stack. A dial beyond it
+	// fails with EMFILE, and Accept returns EMFILE (a temporary error) while
+	// new connections wait in the listen backlog, as with a process out of
+	// file descriptors. Zero: 1,048,576.
+	MaxConns int
 }
 
 // ACKConfig configures the ACK filter: on by default, it drops a pure ACK
@@ -139,6 +145,7 @@ const (
 	defaultSpinBudget = 50 * time.Microsecond
 	defaultCongestion = "cubic"
 	defaultMinRTO     = 200 * time.Millisecond
+	defaultMaxConns   = 1 << 20
 	defaultKAIdle     = 15 * time.Second
 	defaultKAInterval = 15 * time.Second
 	defaultKACount    = 9
@@ -182,6 +189,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		if cpu < 0 || cpu >= runtime.NumCPU() {
 			return cfg, fmt.Errorf("polarnet: CPU %d outside 0..%d", cpu, runtime.NumCPU()-1)
 		}
+	}
+	switch {
+	case cfg.MaxConns == 0:
+		cfg.MaxConns = defaultMaxConns
+	case cfg.MaxConns < 0:
+		return cfg, fmt.Errorf("polarnet: negative MaxConns %d", cfg.MaxConns)
 	}
 	if cfg.ACK.Delay == 0 {
 		cfg.ACK.Delay = ackDelayDefault

@@ -32,15 +32,29 @@ func (s *Stack) DialTCP(ctx context.Context, network string, laddr, raddr netip.
 	if s.isClosed() {
 		return fail(net.ErrClosed)
 	}
+	if !s.reserveConn() {
+		return fail(errTooManyConns("socket"))
+	}
+	c, err := s.dialTCP(ctx, network, laddr, raddr)
+	if err != nil {
+		s.releaseConn()
+		return fail(err)
+	}
+	return c, nil
+}
+
+// dialTCP connects within a reserved connection slot; errors are the
+// *os.SyscallError or context error for DialTCP's *net.OpError.
+func (s *Stack) dialTCP(ctx context.Context, network string, laddr, raddr netip.AddrPort) (*TCPConn, error) {
 	sh := s.dialShard(ctx, laddr, raddr)
 	wq := new(waiter.Queue)
 	ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, netProto(raddr.Addr()), wq)
 	if terr != nil {
-		return fail(syscallErr("socket", terr))
+		return nil, syscallErr("socket", terr)
 	}
 	if terr := s.bindForShard(ep, sh, laddr, raddr); terr != nil {
 		ep.Close()
-		return fail(syscallErr("bind", terr))
+		return nil, syscallErr("bind", terr)
 	}
 	entry, connected := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&entry)
@@ -52,12 +66,12 @@ func (s *Stack) DialTCP(ctx context.Context, network string, laddr, raddr netip.
 			terr = ep.LastError()
 		case <-ctx.Done():
 			ep.Close()
-			return fail(ContextError(ctx.Err()))
+			return nil, ContextError(ctx.Err())
 		}
 	}
 	if terr != nil {
 		ep.Close()
-		return fail(syscallErr("connect", terr))
+		return nil, syscallErr("connect", terr)
 	}
 	return newTCPConn(ep, wq, network, sh), nil
 }

@@ -61,7 +61,7 @@ type shard struct {
 type shardCounters struct {
 	rxFrames, rxBytes                  atomic.Uint64
 	rxBadFrame, rxOversize, rxChecksum atomic.Uint64
-	rxNoDispatcher                     atomic.Uint64
+	rxNoDispatcher, rxMartian          atomic.Uint64
 	handoffOut, handoffIn, handoffDrop atomic.Uint64
 	shareOut                           atomic.Uint64
 	txFrames, txBytes, txBursts        atomic.Uint64
@@ -306,6 +306,10 @@ func (s *shard) deliver(n int) {
 		proto := header.Ethernet(frame).Type()
 		if !f.ChecksumValid && !verifyTransportChecksum(proto, frame[header.EthernetMinimumSize:]) {
 			s.stats.rxChecksum.Add(1)
+			continue
+		}
+		if s.owner.martian(proto, frame[header.EthernetMinimumSize:]) {
+			s.stats.rxMartian.Add(1)
 			continue
 		}
 		dst := toReceiver

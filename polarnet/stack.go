@@ -1,10 +1,14 @@
 package polarnet
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -17,6 +21,7 @@ type Stack struct {
 	cfg     Config
 	shards  []*shard
 	steerer Steerer // nil: the link's spread is unknown, PortSteering applies
+	conns   atomic.Int64
 
 	mu        sync.Mutex
 	closed    bool
@@ -59,6 +64,40 @@ func New(cfg Config) (*Stack, error) {
 	return s, nil
 }
 
+// Shutdown closes the listeners, then waits until the application has
+// closed every connection or ctx is done, and then closes the stack (which
+// resets the connections left). It returns ctx's error if it had to reset
+// any.
+func (s *Stack) Shutdown(ctx context.Context) error {
+	s.closeListeners()
+	tick := time.NewTicker(shutdownPollInterval)
+	defer tick.Stop()
+	for s.conns.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			s.Close()
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return s.Close()
+}
+
+// shutdownPollInterval is how often Shutdown looks for remaining conns.
+const shutdownPollInterval = 10 * time.Millisecond
+
+func (s *Stack) closeListeners() {
+	s.mu.Lock()
+	listeners := make([]*TCPListener, 0, len(s.listeners))
+	for l := range s.listeners {
+		listeners = append(listeners, l)
+	}
+	s.mu.Unlock()
+	for _, l := range listeners {
+		l.Close()
+	}
+}
+
 // Close closes the stack's listeners, resets its connections, stops the
 // pollers and closes the link. It waits until every goroutine the stack
 // started has ended.
@@ -66,14 +105,8 @@ func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
-		listeners := make([]*TCPListener, 0, len(s.listeners))
-		for l := range s.listeners {
-			listeners = append(listeners, l)
-		}
 		s.mu.Unlock()
-		for _, l := range listeners {
-			l.Close()
-		}
+		s.closeListeners()
 		// Abort endpoints while pollers still run, so resets reach peers.
 		for _, sh := range s.shards {
 			sh.stack.Close()
@@ -91,6 +124,21 @@ func (s *Stack) Close() error {
 	})
 	return s.closeErr
 }
+
+// reserveConn counts a connection about to open; false when MaxConns are.
+func (s *Stack) reserveConn() bool {
+	if s.conns.Add(1) > int64(s.cfg.MaxConns) {
+		s.conns.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Stack) releaseConn() { s.conns.Add(-1) }
+
+// errTooManyConns is what a dial or accept beyond Config.MaxConns returns,
+// the errno of a process out of file descriptors.
+func errTooManyConns(call string) error { return os.NewSyscallError(call, syscall.EMFILE) }
 
 // Addrs returns the stack's addresses.
 func (s *Stack) Addrs() []netip.Prefix { return append([]netip.Prefix(nil), s.cfg.Addrs...) }
@@ -142,6 +190,3 @@ func applyTCPOptions(st *stack.Stack, t *TCPConfig) error {
 	}
 	return nil
 }
-
-// errStackClosed is returned by operations on a closed stack.
-var errStackClosed = errors.New("polarnet: stack closed")

@@ -20,6 +20,9 @@ type ShardStats struct {
 	RxChecksum uint64
 	// RxNoDispatcher counts frames that arrived while the NIC was detached.
 	RxNoDispatcher uint64
+	// RxMartian counts packets from impossible sources (broadcast,
+	// multicast, loopback, reserved, or the stack's own address).
+	RxMartian uint64
 	// HandoffOut counts frames of flows this shard received for another
 	// shard and passed on (software steering); with a link that steers it
 	// stays 0. SharedOut counts copies of neighbour replies and router
@@ -50,6 +53,7 @@ func (c *shardCounters) snapshot() ShardStats {
 		RxOversize:     c.rxOversize.Load(),
 		RxChecksum:     c.rxChecksum.Load(),
 		RxNoDispatcher: c.rxNoDispatcher.Load(),
+		RxMartian:      c.rxMartian.Load(),
 		HandoffOut:     c.handoffOut.Load(),
 		SharedOut:      c.shareOut.Load(),
 		HandoffIn:      c.handoffIn.Load(),
@@ -73,6 +77,7 @@ func (a *ShardStats) add(b ShardStats) {
 	a.RxOversize += b.RxOversize
 	a.RxChecksum += b.RxChecksum
 	a.RxNoDispatcher += b.RxNoDispatcher
+	a.RxMartian += b.RxMartian
 	a.HandoffOut += b.HandoffOut
 	a.SharedOut += b.SharedOut
 	a.HandoffIn += b.HandoffIn

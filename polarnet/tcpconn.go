@@ -26,8 +26,12 @@ var _ net.Conn = (*TCPConn)(nil)
 func newTCPConn(ep tcpip.Endpoint, wq *waiter.Queue, network string, sh *shard) *TCPConn {
 	c := &TCPConn{}
 	c.init(ep, wq, network, waiter.EventHUp)
+	// The stack-wide count was reserved by the dial or accept.
 	sh.conns.Add(1)
-	c.onClose = func() { sh.conns.Add(-1) }
+	c.onClose = func() {
+		sh.conns.Add(-1)
+		sh.owner.releaseConn()
+	}
 	if a, err := ep.GetLocalAddress(); err == nil {
 		c.laddr = tcpAddr(a)
 	}

@@ -86,6 +86,14 @@ func (l *TCPListener) AcceptTCP() (*TCPConn, error) {
 func (l *TCPListener) tryAccept() (*TCPConn, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.eps) == 0 {
+		return nil, nil
+	}
+	if !l.stack.reserveConn() {
+		// Like a process out of descriptors: the connection stays in the
+		// backlog and Accept reports a temporary error.
+		return nil, l.opErr(errTooManyConns("accept"))
+	}
 	for i := range l.eps {
 		idx := (l.next + i) % len(l.eps)
 		ep, wq, terr := l.eps[idx].ep.Accept(nil)
@@ -101,12 +109,14 @@ func (l *TCPListener) tryAccept() (*TCPConn, error) {
 			return c, nil
 		case *tcpip.ErrWouldBlock:
 		default:
+			l.stack.releaseConn()
 			if isClosed(l.closed) {
 				return nil, l.opErr(net.ErrClosed)
 			}
 			return nil, l.opErr(syscallErr("accept", terr))
 		}
 	}
+	l.stack.releaseConn()
 	return nil, nil
 }
 

@@ -1,0 +1,76 @@
+package polarnet
+
+import (
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// martian reports whether an IP packet's source address can never be a
+// real peer: unspecified, loopback, multicast, broadcast or reserved, or one
+// of the stack's own addresses (its own packets never come from the link).
+// Such packets are dropped before gVisor sees them, as Linux does with
+// rp_filter and its martian checks.
+func (st *Stack) martian(ethType tcpip.NetworkProtocolNumber, pkt []byte) bool {
+	var src netip.Addr
+	switch ethType {
+	case header.IPv4ProtocolNumber:
+		if len(pkt) < header.IPv4MinimumSize {
+			return false
+		}
+		src = netip.AddrFrom4(header.IPv4(pkt).SourceAddress().As4())
+		if src.IsUnspecified() || src.As4()[0] == 0 || src.As4()[0] >= 240 {
+			return true // 0.0.0.0/8, reserved 240/4 and the limited broadcast
+		}
+	case header.IPv6ProtocolNumber:
+		if len(pkt) < header.IPv6MinimumSize {
+			return false
+		}
+		ip := header.IPv6(pkt)
+		src = netip.AddrFrom16(ip.SourceAddress().As16())
+		if src.IsUnspecified() {
+			// Duplicate address detection and router solicitation send from ::.
+			return ip.TransportProtocol() != header.ICMPv6ProtocolNumber
+		}
+	default:
+		return false
+	}
+	if src.IsLoopback() || src.IsMulticast() || st.isSubnetBroadcast(src) {
+		return true
+	}
+	return st.cfg.isOwnAddr(src)
+}
+
+// isSubnetBroadcast reports whether a is the broadcast address of one of
+// the stack's IPv4 subnets.
+func (st *Stack) isSubnetBroadcast(a netip.Addr) bool {
+	if !a.Is4() {
+		return false
+	}
+	for _, p := range st.cfg.Addrs {
+		if p.Addr().Is4() && p.Bits() < 31 && p.Contains(a) && a == lastAddr(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastAddr is the highest address of prefix p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	for i := p.Bits(); i < 32; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	return netip.AddrFrom4(b)
+}
+
+// isOwnAddr reports whether a is one of the stack's addresses.
+func (cfg *Config) isOwnAddr(a netip.Addr) bool {
+	for _, p := range cfg.Addrs {
+		if p.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
