@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/polarnet/polarnet/dialer"
+	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
@@ -288,4 +289,19 @@ func echoRoundTrip(c net.Conn, i int) error {
 		return fmt.Errorf("echo of %q was %q", msg, got)
 	}
 	return nil
+}
+
+// TestStackOverTAPCloseLeavesNothingBehind: after traffic on two shards,
+// closing the stack and its TAP leaves no goroutine and no descriptor.
+func TestStackOverTAPCloseLeavesNothingBehind(t *testing.T) {
+	snap := leakcheck.Take()
+	t.Run("traffic", func(t *testing.T) {
+		topo := taptopo.New(t, taptopo.Options{Queues: 2})
+		for v6, p := range map[bool]map[string][2]xfer.HalfCloser{false: pairs(t, topo, false), true: pairs(t, topo, true)} {
+			for dir, c := range p {
+				require.NoError(t, xfer.Exchange(c[0], c[1], 1<<20), "ipv6=%v %s", v6, dir)
+			}
+		}
+	})
+	snap.Check(t)
 }
