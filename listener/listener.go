@@ -11,6 +11,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netaddr"
 	// The pure-Go links register themselves for POLARNET_LINK.
+	_ "github.com/polarnet/polarnet/link/afxdp"
 	_ "github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )
