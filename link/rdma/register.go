@@ -1,0 +1,33 @@
+//go:build rdma && linux && cgo
+
+package rdma
+
+import (
+	"os"
+
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+// The RDMA link is selectable with POLARNET_LINK=rdma in binaries built with
+// -tags rdma that import this package (dialer and listener do not: cgo
+// stays out of pure-Go builds):
+//
+//	import _ "github.com/polarnet/polarnet/link/rdma"
+//
+// POLARNET_DEVICE is the network interface (empty: the first port with raw
+// packet support), POLARNET_QUEUES and POLARNET_MTU the Config fields of the
+// same names; POLARNET_LINK_OPTIONS takes the others (see configFromParams).
+// The flow rules take the stack's addresses from POLARNET_ADDR.
+func init() { polarnet.RegisterLink("rdma", openFromParams) }
+
+func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
+	cfg, err := configFromParams(p, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	l, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
