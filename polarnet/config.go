@@ -2,6 +2,7 @@ package polarnet
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"runtime"
 	"time"
@@ -52,6 +53,10 @@ type Config struct {
 	// new connections wait in the listen backlog, as with a process out of
 	// file descriptors. Zero: 1,048,576.
 	MaxConns int
+
+	// Logger receives the stack's logs (link and poll errors, bursts of
+	// drops), rate-limited per shard and kind of event. Zero: slog.Default().
+	Logger *slog.Logger
 }
 
 // ACKConfig configures the ACK filter: on by default, it drops a pure ACK

@@ -68,6 +68,7 @@ type shardCounters struct {
 	txRingFull, txErrors               atomic.Uint64
 	ackFiltered, ackHeld               atomic.Uint64
 	pollWakeups, pollErrors            atomic.Uint64
+	m                                  shardMetrics // metrics.go
 }
 
 func newShard(st *Stack, id int, q Queue) (*shard, error) {
@@ -97,6 +98,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 		}
 	})
 	s.tx = newTxQueue(q, info.Caps, &s.stats, cfg.ACK, s.clock)
+	s.meterTx()
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	s.stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
@@ -220,15 +222,18 @@ func (s *shard) poll() {
 		pinThread(s.cpu)
 	}
 	s.tx.pollerAwake.Store(true)
+	s.pollerStarted()
 	var idleSince time.Time
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
+		start := s.burstStart(n)
 		if n > 0 {
 			s.deliver(n)
 		}
 		n += s.receiveHandoffs()
 		s.clock.runDue()
 		s.tx.flush()
+		s.burstDone(start, n, err)
 		if err != nil {
 			if errors.Is(err, ErrLinkClosed) {
 				return

@@ -6,6 +6,10 @@ import "gvisor.dev/gvisor/pkg/tcpip"
 type Stats struct {
 	Shards []ShardStats
 	Total  ShardStats
+	// LinkName is the link's name; Link holds the counters it keeps itself,
+	// nil unless it implements LinkStatser (see metrics.go).
+	LinkName string
+	Link     []QueueStats
 }
 
 // ShardStats are one shard's link-level counters.
@@ -43,6 +47,9 @@ type ShardStats struct {
 	PollWakeups uint64
 	// PollErrors counts failed ReadBurst calls.
 	PollErrors uint64
+
+	// ShardMetrics: gVisor's drops, loss recovery, batching, poll timing.
+	ShardMetrics
 }
 
 func (c *shardCounters) snapshot() ShardStats {
@@ -91,6 +98,7 @@ func (a *ShardStats) add(b ShardStats) {
 	a.ACKHeld += b.ACKHeld
 	a.PollWakeups += b.PollWakeups
 	a.PollErrors += b.PollErrors
+	a.ShardMetrics.add(&b.ShardMetrics)
 }
 
 // Stats returns the stack's counters.
@@ -101,6 +109,7 @@ func (s *Stack) Stats() Stats {
 		st.Shards = append(st.Shards, ss)
 		st.Total.add(ss)
 	}
+	s.addMetrics(&st)
 	return st
 }
 

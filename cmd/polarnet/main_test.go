@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/polarnet/polarnet/cmd/polarnet/internal/doctor"
+	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/metrics/prom"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+func doctorOut(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(append([]string{"doctor"}, args...), &out, &errb)
+	t.Log(out.String() + errb.String())
+	return out.String(), code
+}
+
+// On a host with root, TAP and AF_XDP work here and in CI (which runs as
+// root with POLARNET_REQUIRE_PRIV set).
+func TestDoctorTAPReady(t *testing.T) {
+	testenv.RequirePriv(t)
+	out, code := doctorOut(t, "tap")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "=> tap: ready")
+	assert.Contains(t, out, "created a 2-queue TAP in a throwaway namespace")
+}
+
+func TestDoctorAFXDPReady(t *testing.T) {
+	testenv.RequirePriv(t)
+	out, code := doctorOut(t, "afxdp")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "=> afxdp: ready")
+	assert.Contains(t, out, "AF_XDP copy      works on a veth pair")
+	assert.Contains(t, out, "XDP native       works on a veth pair")
+}
+
+func TestDoctorRDMAExplainsNoDevice(t *testing.T) {
+	if _, err := os.Stat("/sys/class/infiniband"); err == nil {
+		t.Skip("this host has RDMA devices")
+	}
+	out, code := doctorOut(t, "rdma")
+	assert.Equal(t, 1, code, "rdma cannot run without a device")
+	assert.Contains(t, out, "FAIL  RDMA devices     no RDMA device: /sys/class/infiniband does not exist")
+	assert.Contains(t, out, "=> rdma: NOT ready")
+}
+
+func TestDoctorDPDKReportsHostState(t *testing.T) {
+	out, _ := doctorOut(t, "-probe=false", "dpdk")
+	assert.Contains(t, out, "DPDK libraries")
+	assert.Contains(t, out, "hugepages")
+	// The verdict follows the libraries alone.
+	libsOK := strings.Contains(out, "ok    DPDK libraries")
+	assert.Equal(t, libsOK, strings.Contains(out, "=> dpdk: ready"))
+}
+
+func TestDoctorUsage(t *testing.T) {
+	_, code := doctorOut(t, "ethernet")
+	assert.Equal(t, 2, code)
+	_, code = doctorOut(t, "tap", "dpdk")
+	assert.Equal(t, 2, code)
+}
+
+func TestDoctorExitCodeWithFakeEnv(t *testing.T) {
+	env := func(bool) *doctor.Env {
+		return &doctor.Env{Root: t.TempDir(), RDMADevices: func() []string { return nil }}
+	}
+	var out bytes.Buffer
+	assert.Equal(t, 1, runDoctor([]string{"all"}, &out, io.Discard, env))
+	assert.Contains(t, out.String(), "=> tap: NOT ready")
+	assert.Contains(t, out.String(), "=> rdma: NOT ready")
+}
+
+// startLoad runs two stacks over a pipe with request/response traffic and
+// serves the client stack's metrics; it returns the URL.
+func startLoad(t *testing.T) string {
+	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	mk := func(l polarnet.Link, addr string) *polarnet.Stack {
+		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
+		require.NoError(t, err)
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a, b := mk(la, "198.18.0.1/24"), mk(lb, "198.18.0.2/24")
+	srv := httptest.NewServer(prom.Handler(a))
+	t.Cleanup(srv.Close)
+	ln, err := b.ListenTCP("tcp", netip.MustParseAddrPort("198.18.0.2:7000"), 0, net.KeepAliveConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := a.DialTCP(ctx, "tcp", netip.AddrPort{}, netip.MustParseAddrPort("198.18.0.2:7000"))
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			msg := make([]byte, 1024)
+			deadline := time.Now().Add(30 * time.Second)
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				if _, err := c.Write(msg); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(c, msg); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return srv.URL
+}
+
+func TestStatShowsRates(t *testing.T) {
+	url := startLoad(t)
+	var out bytes.Buffer
+	require.NoError(t, statLoop(context.Background(), url, 200*time.Millisecond, 2, false, &out))
+	s := out.String()
+	t.Log(s)
+	assert.Equal(t, 2, strings.Count(s, "polarnet stat  "+url), "two views")
+	assert.Contains(t, s, "shard/queue")
+	assert.Contains(t, s, "0/0")
+	assert.Contains(t, s, "1/1")
+	assert.Contains(t, s, "all")
+	// The load moves the rates: find shard rows with a non-zero rx pps.
+	var moving int
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && (f[0] == "0/0" || f[0] == "1/1") && f[1] != "0" {
+			moving++
+		}
+	}
+	assert.NotZero(t, moving, "no shard shows traffic")
+}
+
+func TestStatParsesAndComputesRates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a, err := parseScrape(strings.NewReader(`polarnet_rx_frames_total{shard="0",queue="0"} 100
+polarnet_rx_bytes_total{shard="0",queue="0"} 1000
+polarnet_drops_total{shard="0",queue="0",layer="engine",reason="bad_frame"} 1
+polarnet_poll_busy_seconds_total{shard="0",queue="0"} 1
+polarnet_poll_seconds_total{shard="0",queue="0"} 10
+polarnet_link_info{link="tap0"} 1
+`), t0)
+	require.NoError(t, err)
+	b, err := parseScrape(strings.NewReader(`polarnet_rx_frames_total{shard="0",queue="0"} 300
+polarnet_rx_bytes_total{shard="0",queue="0"} 126000
+polarnet_drops_total{shard="0",queue="0",layer="engine",reason="bad_frame"} 5
+polarnet_poll_busy_seconds_total{shard="0",queue="0"} 1.5
+polarnet_poll_seconds_total{shard="0",queue="0"} 12
+polarnet_link_info{link="tap0"} 1
+`), t0.Add(2*time.Second))
+	require.NoError(t, err)
+	var out bytes.Buffer
+	renderStat(&out, "u", a, b)
+	s := out.String()
+	assert.Contains(t, s, "link tap0")
+	line := ""
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "0/0") {
+			line = l
+		}
+	}
+	f := strings.Fields(line)
+	require.GreaterOrEqual(t, len(f), 9, s)
+	assert.Equal(t, "100", f[1], "rx pps: 200 frames in 2 s")
+	assert.Equal(t, "0.5", f[2], "rx Mbit/s: 125000 bytes in 2 s")
+	assert.Equal(t, "2", f[5], "drops/s")
+	assert.Equal(t, "25.0%", f[8], "busy: 0.5 s of 2 s")
+	assert.Contains(t, s, "drops: engine/bad_frame 2/s")
+}
+
+func TestBenchRunsCompare(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "rpcbench")
+	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho \"args: $*\"\nexit 3\n"), 0o755))
+	var out bytes.Buffer
+	code := run([]string{"bench", "-rpcbench", fake, "-repeat", "1", "-modes", "p2p-pipe"}, &out, io.Discard)
+	assert.Equal(t, 3, code, "rpcbench's exit status is bench's")
+	assert.Equal(t, "args: compare -repeat 1 -modes p2p-pipe\n", out.String())
+
+	bin, rest, err := rpcbenchBinary([]string{"-out", "r/", "--rpcbench=/x/rb"}, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "/x/rb", bin)
+	assert.Equal(t, []string{"-out", "r/"}, rest)
+}

@@ -1,0 +1,84 @@
+package metrics_test
+
+import (
+	"encoding/json"
+	"expvar"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/metrics"
+	"github.com/polarnet/polarnet/polarnet"
+)
+
+func newStack(t *testing.T, l polarnet.Link, addr string) *polarnet.Stack {
+	t.Helper()
+	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestSnakeNames(t *testing.T) {
+	names := map[string]bool{}
+	for _, d := range metrics.Protocol() {
+		names[d.Name] = true
+	}
+	for _, want := range []string{
+		"polarnet_tcpip_tcp_retransmits_total",
+		"polarnet_tcpip_tcp_sack_recovery_total",
+		"polarnet_tcpip_tcp_tlp_recovery_total",
+		"polarnet_tcpip_nics_malformed_l4_rcvd_packets_total",
+		"polarnet_tcpip_ip_ip_tables_input_dropped_total",
+		"polarnet_tcpip_dropped_packets_total",
+		"polarnet_tcpip_udp_receive_buffer_errors_total",
+		"polarnet_tcpip_tcp_current_established", // a gauge
+	} {
+		assert.True(t, names[want], "missing %s", want)
+	}
+	// Every name is unique and valid.
+	seen := map[string]bool{}
+	for _, d := range append(metrics.Engine(), metrics.Protocol()...) {
+		assert.False(t, seen[d.Name], "duplicate %s", d.Name)
+		seen[d.Name] = true
+		assert.Regexp(t, `^polarnet_[a-z0-9_]+$`, d.Name)
+		assert.Equal(t, d.Type == metrics.Counter, strings.HasSuffix(d.Name, "_total"), d.Name)
+	}
+}
+
+func TestExpvarPublishes(t *testing.T) {
+	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	a := newStack(t, la, "198.18.0.1/24")
+	newStack(t, lb, "198.18.0.2/24")
+	require.NoError(t, metrics.PublishExpvar("polarnet_test_stack", a))
+	require.Error(t, metrics.PublishExpvar("polarnet_test_stack", a), "a name is published once")
+
+	var snap metrics.ExpvarSnapshot
+	require.NoError(t, json.Unmarshal([]byte(expvar.Get("polarnet_test_stack").String()), &snap))
+	assert.Equal(t, la.Info().Name, snap.Link)
+	require.Len(t, snap.Shards, 1)
+	assert.Contains(t, snap.TCPIP, "TCP.Retransmits")
+	assert.Contains(t, snap.TCPIP, "IP.PacketsReceived")
+	// The JSON carries the embedded counters flat.
+	raw := expvar.Get("polarnet_test_stack").String()
+	for _, f := range []string{`"RxFrames"`, `"PollLatency"`, `"TxBatch"`, `"BusyRatio"`, `"StackChecksum"`} {
+		assert.Contains(t, raw, f)
+	}
+}
+
+// Every metric is documented in docs/observability.md.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/observability.md")
+	require.NoError(t, err)
+	for _, d := range metrics.Engine() {
+		assert.Contains(t, string(doc), "`"+d.Name+"`", "docs/observability.md does not describe %s", d.Name)
+	}
+	for _, r := range metrics.DropReasons() {
+		assert.Contains(t, string(doc), "`"+r[1]+"`", "drop reason %s/%s undocumented", r[0], r[1])
+	}
+}
