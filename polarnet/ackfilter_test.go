@@ -204,3 +204,30 @@ func TestACKDelayHoldsThenReleases(t *testing.T) {
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint32(300), rq.acks()[2])
 }
+
+// TestACKDelayNeverBlocksAFullBatch: pure ACKs of many flows, each the last
+// of its flow, must not be held when they fill the batch (64 connections
+// acknowledging at once), nor overflow the queue's scratch space.
+func TestACKDelayNeverBlocksAFullBatch(t *testing.T) {
+	rq := &recordingQueue{}
+	var stats shardCounters
+	q := newTxQueue(rq, 0, &stats, ACKConfig{Delay: time.Hour}, newShardClock(func() {}))
+	q.pollerAwake.Store(true)
+	const flows = 3 * txBatchSize
+	for port := range uint16(flows) {
+		pkt := packet(seg{port: port + 1, flags: ack, ack: 100, window: 500})
+		require.Nil(t, q.WritePacket(pkt))
+		pkt.DecRef()
+	}
+	q.flush()
+	warm := len(rq.acks())
+	require.Equal(t, flows, warm, "first ACKs of unknown flows pass")
+	for port := range uint16(flows) {
+		pkt := packet(seg{port: port + 1, flags: ack, ack: 200, window: 500})
+		require.Nil(t, q.WritePacket(pkt))
+		pkt.DecRef()
+	}
+	q.flush()
+	assert.GreaterOrEqual(t, len(rq.acks())-warm, flows-txBatchSize, "full batches went out despite the delay")
+	q.Close()
+}

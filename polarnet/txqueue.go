@@ -110,6 +110,10 @@ func (q *txQueue) flush() {
 
 func (q *txQueue) flushLocked() {
 	n := len(q.pending)
+	if n > cap(q.segs) {
+		q.segs, q.drop, q.hold = make([]segment, n), make([]bool, n), make([]bool, n)
+		q.frames = make([]TxFrame, n)
+	}
 	segs, drop, hold := q.segs[:n], q.drop[:n], q.hold[:n]
 	clear(drop)
 	clear(hold)
@@ -118,7 +122,8 @@ func (q *txQueue) flushLocked() {
 			segs[i] = parseSegment(pkt)
 		}
 		q.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, q.history)))
-		if q.delay > 0 {
+		// A full batch goes out whole: held ACKs must not keep it full.
+		if q.delay > 0 && n < txBatchSize {
 			q.holdACKs(segs, drop, hold)
 		}
 	}
