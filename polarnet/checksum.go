@@ -11,7 +11,8 @@ import (
 // tells gVisor that checksums are offloaded so it never checks a frame twice;
 // this is the software half of that promise.
 //
-// It reports false only for a checksum it could compute and found wrong.
+// It also checks the IPv4 header checksum. It reports false only for a
+// checksum it could compute and found wrong.
 // Malformed headers pass: gVisor's own parsing drops and counts them. So do
 // fragments, whose checksum covers the reassembled datagram.
 func verifyTransportChecksum(ethType tcpip.NetworkProtocolNumber, pkt []byte) bool {
@@ -27,7 +28,15 @@ func verifyTransportChecksum(ethType tcpip.NetworkProtocolNumber, pkt []byte) bo
 			return true
 		}
 		hl, tl := int(ip.HeaderLength()), int(ip.TotalLength())
-		if hl < header.IPv4MinimumSize || tl < hl || tl > len(pkt) || ip.More() || ip.FragmentOffset() != 0 {
+		if hl < header.IPv4MinimumSize || hl > len(pkt) {
+			return true
+		}
+		// gVisor skips the header checksum too when the NIC claims RX
+		// offload, so it is checked here for every frame the link did not.
+		if checksum.Checksum(pkt[:hl], 0) != 0xffff {
+			return false
+		}
+		if tl < hl || tl > len(pkt) || ip.More() || ip.FragmentOffset() != 0 {
 			return true
 		}
 		proto, l4 = ip.Protocol(), pkt[hl:tl]
