@@ -21,7 +21,8 @@ import (
 // `rpcbench server -control ...` or `rpcbench client -control ...`, inside
 // a network namespace with `ip netns exec` where the end is a kernel one, so
 // that every end's CPU time is its own process's (getrusage in the child,
-// reported at each mark). The child answers requests, one JSON object per
+// reported at each mark); `rpcbench pair -control ...` holds both ends of a
+// pipe mode. The child answers requests, one JSON object per
 // line on stdin, with one JSON reply per line on stdout; its first line is
 // a hello with its address and device. It exits when stdin closes, and is
 // killed when the orchestrator dies (parent-death signal) or deletes its

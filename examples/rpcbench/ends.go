@@ -18,10 +18,12 @@ import (
 	"github.com/polarnet/polarnet/polarnet"
 )
 
-// The two ends of a benchmark. Each runs either in the orchestrating process
-// (the in-memory pipe modes, where both stacks must share a process) or in
-// a child process of its own, driven over its stdin and stdout (see
-// child.go); the orchestrator sees the same interfaces either way.
+// The two ends of a benchmark. They run in child processes driven over their
+// stdin and stdout (child.go): each end in a process of its own, or both in
+// one for the in-memory pipe modes, where both stacks must share a process.
+// The orchestrator itself never runs engine code, so a crashing stack fails
+// its row, not the whole comparison. The local types here are what the
+// children run.
 
 // snap is what an end reports at a mark: counters of its own process and
 // stack, subtracted between the two marks.

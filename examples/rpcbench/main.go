@@ -57,6 +57,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		err = cmdServer(args[1:], stdout, stderr)
 	case "client":
 		err = cmdClient(args[1:], stdout, stderr)
+	case "pair":
+		err = cmdPair(args[1:], stdout, stderr)
 	case "modes":
 		printModes(stdout)
 	case "help", "-h", "-help", "--help":
@@ -406,11 +408,7 @@ func cmdServer(args []string, stdout, stderr io.Writer) error {
 			if req.Cmd != "snap" {
 				return errReply(fmt.Errorf("server: unknown command %q", req.Cmd))
 			}
-			s, err := srv.Snap(context.Background())
-			if err != nil {
-				return errReply(err)
-			}
-			return ctlReply{Snap: &s}
+			return serverSnap(srv)
 		})
 	}
 	fmt.Fprintf(stdout, "rpcbench server (%s) listening on %s; ^C to stop\n", ef.net, srv.Addr())
@@ -458,6 +456,55 @@ func cmdClient(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := interruptible()
 	defer stop()
 	return standaloneClient(ctx, cli, *connect, t, *warmup, *duration, stdout)
+}
+
+// cmdPair is the child of the pipe modes: both ends in one process, driven
+// over stdin and stdout (internal).
+func cmdPair(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("pair", stderr)
+	ef := addEndFlags(fs)
+	cf := addCaseFlags(fs)
+	mode := fs.String("mode", "p2p-pipe", "p2p-pipe or vanilla-pipe")
+	ring := fs.Int("ring", 0, "pipe frames per direction (0: linktest's default)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	t, err := cf.parse()
+	if err != nil {
+		return err
+	}
+	poll, err := parsePoll(ef.poll)
+	if err != nil {
+		return err
+	}
+	if !ef.control {
+		return errors.New("pair: only for an orchestrating rpcbench (-control)")
+	}
+	if ef.pin >= 0 {
+		if _, err := pinSelf(ef.pin); err != nil {
+			return err
+		}
+	}
+	p, err := openPipePair(*mode, ef.mtu, *ring, poll, t)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return controlLoop(os.Stdin, stdout, ctlReply{Addr: p.srv.Addr()}, func(req ctlRequest) ctlReply {
+		if req.Cmd == "snap" {
+			return serverSnap(p.srv)
+		}
+		return clientCommand(p.cli, req)
+	})
+}
+
+// serverSnap answers a snap request.
+func serverSnap(srv *localServer) ctlReply {
+	s, err := srv.Snap(context.Background())
+	if err != nil {
+		return errReply(err)
+	}
+	return ctlReply{Snap: &s}
 }
 
 // clientCommand carries out one control request on a client.

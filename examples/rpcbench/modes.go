@@ -30,8 +30,8 @@ type modeDef struct {
 	server string
 	link   string
 	priv   bool // needs root (namespaces, TAP)
-	// shared: both ends run in the orchestrating process, so their CPU
-	// time is one figure.
+	// shared: both ends run in one process, so their CPU time is one
+	// figure.
 	shared bool
 	setup  func(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEnd, error)
 }
@@ -41,8 +41,8 @@ var modes = map[string]*modeDef{
 	"k2k-loopback": {name: "k2k-loopback", client: "kernel", server: "kernel", link: "loopback", setup: setupLoopback},
 	"p2k-tap":      {name: "p2k-tap", client: "polarnet", server: "kernel", link: "TAP, kernel side in a namespace", priv: true, setup: setupP2K},
 	"k2p-tap":      {name: "k2p-tap", client: "kernel", server: "polarnet", link: "TAP, kernel side in a namespace", priv: true, setup: setupK2P},
-	"p2p-pipe":     {name: "p2p-pipe", client: "polarnet", server: "polarnet", link: "in-memory pipe (linktest.Pipe)", shared: true, setup: setupP2P},
-	"vanilla-pipe": {name: "vanilla-pipe", client: "vanilla", server: "vanilla", link: "in-memory pipe, gonet, MTU 1500", shared: true, setup: setupVanilla},
+	"p2p-pipe":     {name: "p2p-pipe", client: "polarnet", server: "polarnet", link: "in-memory pipe (linktest.Pipe)", shared: true, setup: setupPipe},
+	"vanilla-pipe": {name: "vanilla-pipe", client: "vanilla", server: "vanilla", link: "in-memory pipe, gonet, MTU 1500", shared: true, setup: setupPipe},
 }
 
 // modeOrder is the order modes are listed and run in.
@@ -68,14 +68,11 @@ type runCfg struct {
 	verbose bool
 }
 
-func (r *runCfg) poll() polarnet.PollMode {
-	p, _ := parsePoll(r.mode.Poll) // checked when parsed
-	return p
-}
-
-// childArgs are the flags every child gets.
-func (r *runCfg) childArgs(role, net string) []string {
-	args := []string{role, "-control", "-net", net, "-mtu", strconv.Itoa(r.mode.MTU), "-poll", r.mode.Poll}
+// childArgs are a child's command line: role, what, and the flags every
+// child gets.
+func (r *runCfg) childArgs(role string, what ...string) []string {
+	args := append([]string{role, "-control"}, what...)
+	args = append(args, "-mtu", strconv.Itoa(r.mode.MTU), "-poll", r.mode.Poll)
 	if r.mode.Pin {
 		args = append(args, "-pin", strconv.Itoa(r.pinCPU))
 	}
@@ -83,7 +80,7 @@ func (r *runCfg) childArgs(role, net string) []string {
 }
 
 func (r *runCfg) startServer(ctx context.Context, td *teardown, ns *netns.NS, net, listen string) (remoteServer, error) {
-	args := append(r.childArgs("server", net), "-listen", listen)
+	args := r.childArgs("server", "-net", net, "-listen", listen)
 	c, err := startChild(ctx, r.exe, ns, net+" server", r.echo(), args...)
 	if err != nil {
 		return remoteServer{}, err
@@ -93,7 +90,7 @@ func (r *runCfg) startServer(ctx context.Context, td *teardown, ns *netns.NS, ne
 }
 
 func (r *runCfg) startClient(ctx context.Context, td *teardown, ns *netns.NS, net string, retrans bool) (remoteClient, error) {
-	args := append(r.childArgs("client", net), "-case", r.test.String(), "-retrans="+strconv.FormatBool(retrans))
+	args := r.childArgs("client", "-net", net, "-case", r.test.String(), "-retrans="+strconv.FormatBool(retrans))
 	c, err := startChild(ctx, r.exe, ns, net+" client", r.echo(), args...)
 	if err != nil {
 		return remoteClient{}, err
@@ -213,47 +210,75 @@ func setupK2P(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEn
 	return srv, cli, err
 }
 
-func setupP2P(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEnd, error) {
-	return setupPair(r, td, r.mode.MTU, func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
-		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{addr}, Poll: r.poll()})
+// setupPipe runs both ends of a pipe mode in one child process (the pipe
+// is memory, so they must share one), whose CPU time is then the total.
+func setupPipe(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEnd, error) {
+	args := append(r.childArgs("pair", "-mode", r.def.name, "-case", r.test.String()), "-ring", strconv.Itoa(r.mode.Ring))
+	c, err := startChild(ctx, r.exe, nil, r.def.name+" pair", r.echo(), args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	td.add(c.Close)
+	return remoteServer{c}, remoteClient{c}, nil
+}
+
+// pipePair is the two ends of a pipe mode, built in the pair child.
+type pipePair struct {
+	srvNet, cliNet *netEnd
+	srv            *localServer
+	cli            *localClient
+}
+
+// openPipePair builds mode's two stacks joined by a pipe, a server on one
+// and a client for test on the other.
+func openPipePair(mode string, mtu, ring int, poll polarnet.PollMode, test testSpec) (*pipePair, error) {
+	open := func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
+		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{addr}, Poll: poll})
 		if err != nil {
 			return nil, err
 		}
 		return stackNet(st), nil
-	})
-}
-
-func setupVanilla(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEnd, error) {
-	return setupPair(r, td, vanillaMTU, func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
-		v, err := newVanillaStack(l, addr)
-		if err != nil {
-			return nil, err
+	}
+	switch mode {
+	case "p2p-pipe":
+	case "vanilla-pipe":
+		mtu = vanillaMTU
+		open = func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
+			v, err := newVanillaStack(l, addr)
+			if err != nil {
+				return nil, err
+			}
+			return vanillaNet(v), nil
 		}
-		return vanillaNet(v), nil
-	})
+	default:
+		return nil, fmt.Errorf("pair: %q is not a pipe mode", mode)
+	}
+	// Each stack owns (and closes) its end of the pipe, also when building
+	// it fails.
+	a, b := linktest.Pipe(linktest.PipeConfig{MTU: mtu, RingSize: ring})
+	p := &pipePair{}
+	var err error
+	if p.srvNet, err = open(b, pipeServer); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if p.cliNet, err = open(a, pipeClient); err != nil {
+		return nil, errors.Join(err, p.srvNet.close())
+	}
+	if p.srv, err = newLocalServer(p.srvNet, netip.AddrPortFrom(pipeServer.Addr(), 0).String()); err != nil {
+		return nil, errors.Join(err, p.Close())
+	}
+	p.cli = &localClient{ne: p.cliNet, test: test}
+	return p, nil
 }
 
-// setupPair builds two stacks in this process joined by a pipe; each stack
-// owns (and closes) its end of the pipe, also when building it fails.
-func setupPair(r *runCfg, td *teardown, mtu int, open func(*linktest.PipeLink, netip.Prefix) (*netEnd, error)) (serverEnd, clientEnd, error) {
-	a, b := linktest.Pipe(linktest.PipeConfig{MTU: mtu, RingSize: r.mode.Ring})
-	srvNet, err := open(b, pipeServer)
-	if err != nil {
-		a.Close()
-		return nil, nil, err
+func (p *pipePair) Close() error {
+	var errs []error
+	if p.cli != nil {
+		errs = append(errs, p.cli.Close())
 	}
-	td.add(srvNet.close)
-	cliNet, err := open(a, pipeClient)
-	if err != nil {
-		return nil, nil, err
+	if p.srv != nil {
+		errs = append(errs, p.srv.Close())
 	}
-	td.add(cliNet.close)
-	srv, err := newLocalServer(srvNet, netip.AddrPortFrom(pipeServer.Addr(), 0).String())
-	if err != nil {
-		return nil, nil, err
-	}
-	td.add(srv.Close)
-	cli := &localClient{ne: cliNet, test: r.test}
-	td.add(cli.Close)
-	return srv, cli, nil
+	return errors.Join(append(errs, p.cliNet.close(), p.srvNet.close())...)
 }

@@ -454,10 +454,10 @@ func fmtCount(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// fmtDur prints a latency in µs (ms above 10 ms).
+// fmtDur prints a latency in µs (ms from 1 ms).
 func fmtDur(d time.Duration) string {
-	if d >= 10*time.Millisecond {
-		return fmt.Sprintf("%.1fms", float64(d)/1e6)
+	if d >= time.Millisecond {
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
 	}
 	return fmt.Sprintf("%.1fµs", float64(d)/1e3)
 }

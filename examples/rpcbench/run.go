@@ -91,13 +91,6 @@ func runOnce(ctx context.Context, o *opts, m modeSpec, t testSpec) (res result, 
 	r := &runCfg{test: t, mode: m, def: def, pinCPU: o.pinCPU, exe: o.exe, verbose: o.verbose}
 	td := newTeardown()
 	defer func() { err = errors.Join(err, td.run()) }()
-	if m.Pin && def.shared {
-		restore, err := pinSelf(o.pinCPU)
-		if err != nil {
-			return res, err
-		}
-		td.add(func() error { restore(); return nil })
-	}
 	srv, cli, err := def.setup(ctx, r, td)
 	if err != nil {
 		return res, fmt.Errorf("%s: setup: %w", name, err)
@@ -184,10 +177,10 @@ func (r *result) account(def *modeDef, a, b marks, noise float64) {
 	ours := r.CPUClient + r.CPUServer + (b.self - a.self)
 	r.CPUTotal = r.CPUClient + r.CPUServer
 	if def.shared {
-		// One process: both ends and this one are the same CPU time.
+		// One process: both ends report the same CPU time.
 		r.CPUTotal = r.CPUClient
 		r.CPUClient, r.CPUServer = -1, -1
-		ours = r.CPUTotal
+		ours = r.CPUTotal + (b.self - a.self)
 	}
 	r.RetransClient = delta(a.client.Retrans, b.client.Retrans)
 	r.RetransServer = delta(a.server.Retrans, b.server.Retrans)

@@ -16,9 +16,9 @@ type chartSeries struct {
 
 // Chart geometry.
 const (
-	chartW, chartH           = 960, 540
-	marginL, marginR         = 80, 250
-	marginT, marginB         = 50, 60
+	chartW, chartH           = 1100, 560
+	marginL, marginR         = 80, 330
+	marginT, marginB         = 70, 60
 	plotW, plotH             = chartW - marginL - marginR, chartH - marginT - marginB
 	chartStep        float64 = 0.01 // x resolution, in decades of 1/(1-p)
 )
