@@ -231,3 +231,34 @@ func TestACKDelayNeverBlocksAFullBatch(t *testing.T) {
 	assert.GreaterOrEqual(t, len(rq.acks())-warm, flows-txBatchSize, "full batches went out despite the delay")
 	q.Close()
 }
+
+// narrowQueue takes at most room frames per burst, recording them.
+type narrowQueue struct {
+	recordingQueue
+	room int
+}
+
+func (n *narrowQueue) WriteBurst(frames []TxFrame) (int, error) {
+	return n.recordingQueue.WriteBurst(frames[:min(n.room, len(frames))])
+}
+
+func TestTxQueueKeepsWhatAFullRingRefused(t *testing.T) {
+	nq := &narrowQueue{room: 2}
+	var stats shardCounters
+	q := newTxQueue(nq, 0, &stats, ACKConfig{DisableFilter: true}, newShardClock(func() {}))
+	q.pollerAwake.Store(true)
+	for i := range 5 {
+		pkt := packet(seg{port: 1, flags: ackPsh, ack: uint32(100 + i), window: 500, payload: 10})
+		require.Nil(t, q.WritePacket(pkt))
+		pkt.DecRef()
+	}
+	q.flush()
+	assert.Equal(t, []uint32{100, 101}, nq.acks())
+	assert.True(t, q.backlogged(), "three frames wait for room")
+	q.flush()
+	q.flush()
+	assert.Equal(t, []uint32{100, 101, 102, 103, 104}, nq.acks(), "every frame left, in order")
+	assert.False(t, q.backlogged())
+	assert.Equal(t, uint64(3+1), stats.txRetried.Load(), "refused 3, then 1")
+	assert.Zero(t, stats.txRingFull.Load(), "nothing dropped")
+}

@@ -22,6 +22,9 @@ type shardClock struct {
 	// there is none), so the poller can skip the lock when nothing is due.
 	earliest atomic.Int64
 	wake     func() // interrupts the poller if it sleeps
+	// protocolFloor is the shortest delay a gVisor timer gets (not ours):
+	// see TCPConfig.MinRecoveryTimer.
+	protocolFloor time.Duration
 
 	mu       sync.Mutex
 	timers   timerHeap
@@ -40,8 +43,16 @@ func newShardClock(wake func()) *shardClock {
 
 const noTimer = int64(^uint64(0) >> 1)
 
-// AfterFunc implements tcpip.Clock.
+// AfterFunc implements tcpip.Clock: gVisor's timers, whose non-zero delays
+// are raised to protocolFloor.
 func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
+	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor}
+	t.Reset(d)
+	return t
+}
+
+// afterFuncExact is AfterFunc for polarnet's own timers: no floor.
+func (c *shardClock) afterFuncExact(d time.Duration, f func()) tcpip.Timer {
 	t := &shardTimer{clock: c, f: f, index: -1}
 	t.Reset(d)
 	return t
@@ -106,8 +117,9 @@ type shardTimer struct {
 	clock *shardClock
 	f     func()
 	when  time.Time
-	index int         // position in the heap, -1 when not scheduled there
-	goT   *time.Timer // set once the clock is detached
+	index int           // position in the heap, -1 when not scheduled there
+	goT   *time.Timer   // set once the clock is detached
+	floor time.Duration // the shortest non-zero delay
 }
 
 // Stop implements tcpip.Timer.
@@ -128,6 +140,9 @@ func (t *shardTimer) Stop() bool {
 
 // Reset implements tcpip.Timer.
 func (t *shardTimer) Reset(d time.Duration) {
+	if d > 0 && d < t.floor {
+		d = t.floor
+	}
 	c := t.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()

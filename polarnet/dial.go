@@ -217,7 +217,9 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 		if terr := ep.Bind(bind); terr != nil {
 			return fail(syscallErr("bind", terr))
 		}
-		if terr := ep.Listen(backlog); terr != nil {
+		// gVisor takes the argument as the accept queue's capacity; Linux
+		// (and gVisor's own listen(2)) queues backlog+1.
+		if terr := ep.Listen(backlog + 1); terr != nil {
 			return fail(syscallErr("listen", terr))
 		}
 		if port == 0 {

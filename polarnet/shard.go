@@ -65,7 +65,7 @@ type shardCounters struct {
 	handoffOut, handoffIn, handoffDrop atomic.Uint64
 	shareOut                           atomic.Uint64
 	txFrames, txBytes, txBursts        atomic.Uint64
-	txRingFull, txErrors               atomic.Uint64
+	txRingFull, txRetried, txErrors    atomic.Uint64
 	ackFiltered, ackHeld               atomic.Uint64
 	pollWakeups, pollErrors            atomic.Uint64
 	m                                  shardMetrics // metrics.go
@@ -97,6 +97,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 			q.Interrupt()
 		}
 	})
+	s.clock.protocolFloor = max(cfg.TCP.MinRecoveryTimer, 0)
 	s.tx = newTxQueue(q, info.Caps, &s.stats, cfg.ACK, s.clock)
 	s.meterTx()
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
@@ -272,8 +273,9 @@ func (s *shard) sleep() bool {
 	s.tx.pollerAwake.Store(false)
 	s.tx.flush()
 	// A shard that hands us a frame, or a timer that comes due, wakes us
-	// only if it sees us asleep: look once more now that we are.
-	if s.handoffsPending() || s.clock.earliest.Load() <= time.Now().UnixNano() {
+	// only if it sees us asleep: look once more now that we are. Packets
+	// waiting for room in a full TX ring keep us awake too.
+	if s.handoffsPending() || s.clock.earliest.Load() <= time.Now().UnixNano() || s.tx.backlogged() {
 		s.tx.pollerAwake.Store(true)
 		return true
 	}

@@ -36,8 +36,12 @@ type ShardStats struct {
 	TxFrames, TxBytes                             uint64
 	// TxBursts counts WriteBurst calls.
 	TxBursts uint64
-	// TxRingFull counts frames the link had no room for.
+	// TxRingFull counts frames dropped because the link had no room for
+	// them and the backlog kept for the next flush was full.
 	TxRingFull uint64
+	// TxRetried counts frames the link had no room for at first, kept and
+	// sent with a later flush.
+	TxRetried uint64
 	// TxErrors counts frames the link failed to send.
 	TxErrors uint64
 	// ACKFiltered counts pure ACKs the ACK filter dropped because a later
@@ -69,6 +73,7 @@ func (c *shardCounters) snapshot() ShardStats {
 		TxBytes:        c.txBytes.Load(),
 		TxBursts:       c.txBursts.Load(),
 		TxRingFull:     c.txRingFull.Load(),
+		TxRetried:      c.txRetried.Load(),
 		TxErrors:       c.txErrors.Load(),
 		ACKFiltered:    c.ackFiltered.Load(),
 		ACKHeld:        c.ackHeld.Load(),
@@ -93,6 +98,7 @@ func (a *ShardStats) add(b ShardStats) {
 	a.TxBytes += b.TxBytes
 	a.TxBursts += b.TxBursts
 	a.TxRingFull += b.TxRingFull
+	a.TxRetried += b.TxRetried
 	a.TxErrors += b.TxErrors
 	a.ACKFiltered += b.ACKFiltered
 	a.ACKHeld += b.ACKHeld

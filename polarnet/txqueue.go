@@ -43,7 +43,21 @@ type txQueue struct {
 	timer   tcpip.Timer // flushes held ACKs when their delay is up
 	armed   bool
 	closed  bool
+	// fragmenting is set while gVisor is queueing a fragmented datagram:
+	// the queue flushes only after its last fragment (see txfrag.go), or
+	// once fragmentWait has passed since the first, should the rest never
+	// come.
+	fragmenting      bool
+	fragmentingSince time.Time
+	// sent maps frames to pending packets; unsent marks the packets a full
+	// ring refused, kept for the next flush.
+	sent   []int
+	unsent []bool
 }
+
+// txBacklogMax bounds the packets kept for the next flush when the link's
+// ring is full; beyond it they are dropped (TCP retransmits them).
+const txBacklogMax = 4 * txBatchSize
 
 var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
@@ -61,6 +75,8 @@ func newTxQueue(q Queue, caps Capabilities, stats *shardCounters, ack ACKConfig,
 		segs:     make([]segment, txBatchSize),
 		drop:     make([]bool, txBatchSize),
 		hold:     make([]bool, txBatchSize),
+		sent:     make([]int, txBatchSize),
+		unsent:   make([]bool, txBatchSize),
 		history:  make(map[flowKey]flowHistory),
 	}
 	if t.filter && ack.Delay > 0 {
@@ -78,7 +94,14 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	}
 	q.pending = append(q.pending, pkt.IncRef())
 	q.heldAt = append(q.heldAt, time.Time{})
-	if len(q.pending) >= txBatchSize || !q.pollerAwake.Load() {
+	if q.linkCaps&CapTXChecksum != 0 {
+		more := fragmentPending(pkt)
+		if more && !q.fragmenting {
+			q.fragmentingSince = time.Now()
+		}
+		q.fragmenting = more
+	}
+	if !q.fragmenting && (len(q.pending) >= txBatchSize || !q.pollerAwake.Load()) {
 		q.flushLocked()
 	}
 	return nil
@@ -102,21 +125,30 @@ func (q *txQueue) Close() {
 // flush writes out what is pending; the poller calls it every iteration.
 func (q *txQueue) flush() {
 	q.mu.Lock()
-	if len(q.pending) > 0 {
+	if len(q.pending) > 0 && (!q.fragmenting || time.Since(q.fragmentingSince) > fragmentWait) {
 		q.flushLocked()
 	}
 	q.mu.Unlock()
 }
 
+// fragmentWait bounds how long the poller leaves a fragmented datagram's
+// first fragments queued for the rest to come; gVisor queues them back to
+// back, so it is only reached if it never sends the rest.
+const fragmentWait = time.Millisecond
+
 func (q *txQueue) flushLocked() {
 	n := len(q.pending)
 	if n > cap(q.segs) {
 		q.segs, q.drop, q.hold = make([]segment, n), make([]bool, n), make([]bool, n)
-		q.frames = make([]TxFrame, n)
+		q.frames, q.sent, q.unsent = make([]TxFrame, n), make([]int, n), make([]bool, n)
 	}
-	segs, drop, hold := q.segs[:n], q.drop[:n], q.hold[:n]
+	segs, drop, hold, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.unsent[:n]
 	clear(drop)
 	clear(hold)
+	clear(unsent)
+	if q.linkCaps&CapTXChecksum != 0 {
+		completeFragmentedUDP(q.pending)
+	}
 	if q.filter {
 		for i, pkt := range q.pending {
 			segs[i] = parseSegment(pkt)
@@ -129,7 +161,7 @@ func (q *txQueue) flushLocked() {
 	}
 
 	q.iovecs = q.iovecs[:0]
-	frames := q.frames[:0]
+	frames, sent := q.frames[:0], q.sent[:0]
 	for i, pkt := range q.pending {
 		if drop[i] || hold[i] {
 			continue
@@ -146,21 +178,22 @@ func (q *txQueue) flushLocked() {
 			off = 0
 		}
 		frames = append(frames, TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt)})
+		sent = append(sent, i)
 	}
 	if len(frames) > 0 {
-		q.write(frames)
+		q.write(frames, sent, unsent)
 	}
 	if q.filter {
 		for i := range hold {
-			drop[i] = drop[i] || hold[i]
+			drop[i] = drop[i] || hold[i] || unsent[i]
 		}
 		remember(segs, drop, q.history)
 	}
 
-	// Keep the held packets, in order, for the next flush.
+	// Keep the held and the unsent packets, in order, for the next flush.
 	kept := 0
 	for i, pkt := range q.pending {
-		if hold[i] {
+		if hold[i] || unsent[i] {
 			q.pending[kept], q.heldAt[kept] = pkt, q.heldAt[i]
 			kept++
 			continue
@@ -172,7 +205,7 @@ func (q *txQueue) flushLocked() {
 	if kept > 0 && !q.armed {
 		q.armed = true
 		if q.timer == nil {
-			q.timer = q.clock.AfterFunc(q.delay, q.release)
+			q.timer = q.clock.afterFuncExact(q.delay, q.release)
 		} else {
 			q.timer.Reset(q.delay)
 		}
@@ -214,12 +247,15 @@ func (q *txQueue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.armed = false
-	if !q.closed && len(q.pending) > 0 {
+	if !q.closed && len(q.pending) > 0 && !q.fragmenting {
 		q.flushLocked()
 	}
 }
 
-func (q *txQueue) write(frames []TxFrame) {
+// write hands frames to the link. When its ring is full, the packets of the
+// frames it refused (sent[i] is frame i's pending index) are marked unsent,
+// to go out with the next flush, as long as the backlog stays bounded.
+func (q *txQueue) write(frames []TxFrame, sent []int, unsent []bool) {
 	n, err := q.queue.WriteBurst(frames)
 	var bytes uint64
 	for i := range n {
@@ -228,14 +264,32 @@ func (q *txQueue) write(frames []TxFrame) {
 	q.stats.txFrames.Add(uint64(n))
 	q.stats.txBytes.Add(bytes)
 	q.stats.txBursts.Add(1)
-	if dropped := len(frames) - n; dropped > 0 {
-		if err != nil {
-			q.stats.txErrors.Add(uint64(dropped))
-		} else {
-			q.stats.txRingFull.Add(uint64(dropped))
+	if refused := len(frames) - n; refused > 0 {
+		switch {
+		case err != nil:
+			q.stats.txErrors.Add(uint64(refused))
+		case len(q.pending) > txBacklogMax:
+			q.stats.txRingFull.Add(uint64(refused))
+		default:
+			for _, i := range sent[n:] {
+				unsent[i] = true
+			}
+			q.stats.txRetried.Add(uint64(refused))
 		}
 	}
 	clear(frames)
+}
+
+// backlogged reports whether packets wait for room in the link's ring.
+func (q *txQueue) backlogged() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.pending {
+		if q.heldAt[i].IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // offload translates gVisor's GSO options into link offload requests, and
