@@ -1,0 +1,46 @@
+package conformance
+
+import (
+	"testing"
+)
+
+// TestConformance runs every scenario in every applicable direction over
+// the link -link selects, and fills the matrix TestMain writes.
+//
+// Run a part with -run, e.g. -run 'TestConformance/transfer' or
+// -run 'TestConformance/keepalive/p2k' (the reference then runs first).
+func TestConformance(t *testing.T) {
+	var all []*Scenario
+	for _, group := range [][]*Scenario{
+		connectionScenarios(),
+		transferScenarios(),
+		timerScenarios(),
+		pathScenarios(),
+		loadScenarios(),
+		packetScenarios(),
+	} {
+		all = append(all, group...)
+	}
+	runScenarios(t, all)
+}
+
+// knownFailures lists the runs that fail because of an engine bug, keyed
+// "scenario/direction", with the reason. They run like every other run and
+// show in the matrix as known failures; -strict makes them fail the suite.
+// Remove an entry once the engine is fixed (the matrix says when one
+// passes).
+var knownFailures = map[string]string{}
+
+func init() {
+	const finWaitSACK = "gVisor: after CloseWrite, polarnet's receiver (FIN_WAIT_1/2) sends no SACK blocks (gVisor's sendRaw adds them in ESTABLISHED only), so a kernel sender repairs by go-back-N"
+	for _, d := range []Direction{StackClient, StackServer, StackStack} {
+		for _, sc := range []string{"impaired/loss-1%", "impaired/loss-5%", "impaired/corrupt-1%"} {
+			knownFailures[sc+"/"+string(d)] = finWaitSACK
+		}
+	}
+}
+
+// knownCrashes lists the runs that crash the engine (a panic in one of its
+// goroutines kills the test binary, matrix and all). They are not run,
+// unless -strict, and show in the matrix as known failures with the reason.
+var knownCrashes = map[string]string{}
