@@ -40,6 +40,14 @@ func init() {
 	}
 }
 
+// knownShardedFailures are known failures with -queues > 1.
+var knownShardedFailures = map[string]string{
+	"listen-backlog-overflow/k2p": shardedBacklog,
+	"listen-backlog-overflow/p2p": shardedBacklog,
+}
+
+const shardedBacklog = "by design: each shard's listener has an equal share of the accept queue (backlog+1 split over N shards, rounded up), so how many connections queue depends on how the flows spread over shards (here 2 to 4, not 3)"
+
 // knownCrashes lists the runs that crash the engine (a panic in one of its
 // goroutines kills the test binary, matrix and all). They are not run,
 // unless -strict, and show in the matrix as known failures with the reason.

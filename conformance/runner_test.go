@@ -427,7 +427,11 @@ func runOne(t *testing.T, sc *Scenario, dir Direction, ref *Outcome) (out *Outco
 	// use the full names.
 	base, _, _ := strings.Cut(sc.Name, " (")
 	key := base + "/" + string(dir)
-	tt := &T{T: t, known: knownFailures[key], ref: ref}
+	known := knownFailures[key]
+	if reason, ok := knownShardedFailures[key]; ok && *queuesFlag > 1 {
+		known = reason
+	}
+	tt := &T{T: t, known: known, ref: ref}
 	res := Result{Scenario: sc.Name, Direction: dir, Link: kind.Name()}
 	if reason, ok := knownCrashes[key]; ok && !*strictFlag {
 		res.Status, res.Known, res.Reason = KnownFail, reason, "not run: it would kill the suite (-strict runs it)"

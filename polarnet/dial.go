@@ -174,7 +174,10 @@ func (s *Stack) local(ap netip.AddrPort) netip.AddrPort {
 
 // ListenTCP listens on laddr on every shard. An unspecified address with
 // network "tcp" listens on IPv4 and IPv6, as Go's net does; port 0 picks a
-// free port. backlog <= 0 takes 4096, like Linux's default somaxconn.
+// free port. backlog <= 0 takes 4096, like Linux's default somaxconn. The
+// accept queue holds backlog+1 connections, as Linux's does; with N shards
+// each shard's listener holds an equal share of it (rounded up), so how many
+// queue before SYNs are dropped depends on how flows spread over shards.
 func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, keepAlive net.KeepAliveConfig) (*TCPListener, error) {
 	laddr = unmap(laddr)
 	if backlog <= 0 {
@@ -197,6 +200,9 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 	}
 	proto, dualStack := listenProto(network, laddr.Addr())
 	port := laddr.Port()
+	// gVisor takes Listen's argument as the accept queue's capacity; Linux
+	// (and gVisor's own listen(2)) queues backlog+1.
+	perShard := (backlog + len(s.shards)) / len(s.shards)
 	for _, sh := range s.shards {
 		wq := new(waiter.Queue)
 		ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, proto, wq)
@@ -217,9 +223,7 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 		if terr := ep.Bind(bind); terr != nil {
 			return fail(syscallErr("bind", terr))
 		}
-		// gVisor takes the argument as the accept queue's capacity; Linux
-		// (and gVisor's own listen(2)) queues backlog+1.
-		if terr := ep.Listen(backlog + 1); terr != nil {
+		if terr := ep.Listen(perShard); terr != nil {
 			return fail(syscallErr("listen", terr))
 		}
 		if port == 0 {
