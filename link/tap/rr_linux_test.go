@@ -33,15 +33,25 @@ func BenchmarkRequestResponse4K(b *testing.B) {
 	}
 }
 
-// BenchmarkShardsRR4K64Conns compares one and two shards over TAP with 64
-// connections doing 4 KiB request/response against a kernel echo server.
-func BenchmarkShardsRR4K64Conns(b *testing.B) {
-	for _, queues := range []int{1, 2} {
-		b.Run(fmt.Sprintf("shards=%d", queues), func(b *testing.B) {
-			topo := taptopo.New(b, taptopo.Options{Queues: queues})
-			rrbench.Run(b, dialStack(b, topo.Stack, rrbench.StartKernelServer(b, topo.NS, taptopo.Kernel4, rrbench.RR4K), 64), rrbench.RR4K)
-			b.ReportMetric(float64(topo.Stack.Stats().Total.HandoffOut), "handoffs")
-		})
+// BenchmarkShards64Conns compares one and two shards over TAP with 64
+// connections against a kernel echo server: 4 KiB request/response, and
+// bulk (64 KiB requests, 64-byte answers; SetBytes makes it MB/s).
+func BenchmarkShards64Conns(b *testing.B) {
+	bulk := rrbench.Sizes{Request: 64 << 10, Response: 64}
+	for _, load := range []struct {
+		name string
+		sz   rrbench.Sizes
+	}{{"rr4k", rrbench.RR4K}, {"bulk", bulk}} {
+		for _, queues := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/shards=%d", load.name, queues), func(b *testing.B) {
+				topo := taptopo.New(b, taptopo.Options{Queues: queues})
+				if load.sz == bulk {
+					b.SetBytes(int64(bulk.Request))
+				}
+				rrbench.Run(b, dialStack(b, topo.Stack, rrbench.StartKernelServer(b, topo.NS, taptopo.Kernel4, load.sz), 64), load.sz)
+				b.ReportMetric(float64(topo.Stack.Stats().Total.HandoffOut), "handoffs")
+			})
+		}
 	}
 }
 
