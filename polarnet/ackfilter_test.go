@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,11 @@ func (r *recordingQueue) WriteBurst(frames []TxFrame) (int, error) {
 		for _, s := range f.Segs {
 			flat = append(flat, s...)
 		}
-		r.sent = append(r.sent, header.TCP(flat[header.EthernetMinimumSize+header.IPv4MinimumSize:]))
+		ipLen := header.IPv4MinimumSize
+		if header.Ethernet(flat).Type() == header.IPv6ProtocolNumber {
+			ipLen = header.IPv6MinimumSize
+		}
+		r.sent = append(r.sent, header.TCP(flat[header.EthernetMinimumSize+ipLen:]))
 	}
 	return len(frames), nil
 }
@@ -53,6 +58,7 @@ type seg struct {
 	window  uint16
 	payload int
 	sack    bool
+	v6      bool // an IPv6 flow: the same ports, other addresses
 }
 
 // packet builds an outgoing IPv4/TCP packet as gVisor would hand it to the
@@ -73,13 +79,22 @@ func packet(s seg) *stack.PacketBuffer {
 	})
 	copy(th[header.TCPMinimumSize:], opts)
 	pkt.TransportProtocolNumber = header.TCPProtocolNumber
-	ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
-	ip.Encode(&header.IPv4Fields{
-		TotalLength: uint16(pkt.Size()), Protocol: uint8(header.TCPProtocolNumber), TTL: 64,
-		SrcAddr: tcpip.AddrFrom4([4]byte{198, 18, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{198, 18, 0, 2}),
-	})
-	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
-	header.Ethernet(pkt.LinkHeader().Push(header.EthernetMinimumSize)).Encode(&header.EthernetFields{Type: header.IPv4ProtocolNumber})
+	if s.v6 {
+		ip := header.IPv6(pkt.NetworkHeader().Push(header.IPv6MinimumSize))
+		ip.Encode(&header.IPv6Fields{
+			PayloadLength: uint16(pkt.Size() - header.IPv6MinimumSize), TransportProtocol: header.TCPProtocolNumber, HopLimit: 64,
+			SrcAddr: tcpip.AddrFrom16(netip.MustParseAddr("fd00:198:18::1").As16()), DstAddr: tcpip.AddrFrom16(netip.MustParseAddr("fd00:198:18::2").As16()),
+		})
+		pkt.NetworkProtocolNumber = header.IPv6ProtocolNumber
+	} else {
+		ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
+		ip.Encode(&header.IPv4Fields{
+			TotalLength: uint16(pkt.Size()), Protocol: uint8(header.TCPProtocolNumber), TTL: 64,
+			SrcAddr: tcpip.AddrFrom4([4]byte{198, 18, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{198, 18, 0, 2}),
+		})
+		pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	}
+	header.Ethernet(pkt.LinkHeader().Push(header.EthernetMinimumSize)).Encode(&header.EthernetFields{Type: pkt.NetworkProtocolNumber})
 	return pkt
 }
 
@@ -98,11 +113,15 @@ func batch(t *testing.T, cfg ACKConfig, lastWindow uint16, segs ...seg) ([]uint3
 	clock := newShardClock(func() {})
 	q := newTxQueue(rq, 0, &stats, cfg, clock)
 	q.pollerAwake.Store(true)
-	seen := map[uint16]bool{}
+	type flow struct {
+		port uint16
+		v6   bool
+	}
+	seen := map[flow]bool{}
 	for _, s := range segs {
-		if !seen[s.port] {
-			seen[s.port] = true
-			require.Nil(t, q.WritePacket(packet(seg{port: s.port, flags: ack, ack: 100, window: lastWindow})))
+		if f := (flow{s.port, s.v6}); !seen[f] {
+			seen[f] = true
+			require.Nil(t, q.WritePacket(packet(seg{port: s.port, flags: ack, ack: 100, window: lastWindow, v6: s.v6})))
 		}
 	}
 	q.flush()
@@ -127,6 +146,8 @@ func TestACKFilterDrops(t *testing.T) {
 		{"later ACK acknowledges more", []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}, []uint32{300}},
 		{"PSH on a pure ACK changes nothing", []seg{{port: 1, flags: ackPsh, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}, []uint32{300}},
 		{"a FIN carries it too", []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack | header.TCPFlagFin, ack: 200, window: 500}}, []uint32{200}},
+		{"IPv6: answer carries the ACK", []seg{{port: 1, flags: ack, ack: 200, window: 500, v6: true}, {port: 1, flags: ackPsh, ack: 200, window: 500, payload: 64, v6: true}}, []uint32{200}},
+		{"several ACKs, one answer", []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}, {port: 1, flags: ackPsh, ack: 300, window: 600, payload: 64}}, []uint32{300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, q := batch(t, noDelay, 500, tc.segs...)
@@ -153,6 +174,11 @@ func TestACKFilterNeverDrops(t *testing.T) {
 		{"carries a FIN", 500, []seg{{port: 1, flags: ack | header.TCPFlagFin, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}},
 		{"carries a SYN", 500, []seg{{port: 1, flags: ack | header.TCPFlagSyn, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}},
 		{"carries data", 500, []seg{{port: 1, flags: ackPsh, ack: 200, window: 500, payload: 1}, {port: 1, flags: ack, ack: 300, window: 500}}},
+		{"carries a RST", 500, []seg{{port: 1, flags: ack | header.TCPFlagRst, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500}}},
+		// The later segment would supersede it by number and window: only
+		// the opening of the zero window keeps it.
+		{"opens a zero window, a later segment would carry it", 0, []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ackPsh, ack: 300, window: 500, payload: 10}}},
+		{"same ports, other addresses", 500, []seg{{port: 1, flags: ack, ack: 200, window: 500}, {port: 1, flags: ack, ack: 300, window: 500, v6: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, q := batch(t, noDelay, tc.lastWindow, tc.segs...)
@@ -174,6 +200,45 @@ func TestACKFilterNeverDrops(t *testing.T) {
 	t.Run("filter off", func(t *testing.T) {
 		got, _ := batch(t, ACKConfig{DisableFilter: true}, 500, seg{port: 1, flags: ack, ack: 200, window: 500}, seg{port: 1, flags: ack, ack: 300, window: 500})
 		assert.Equal(t, []uint32{200, 300}, got)
+	})
+}
+
+// TestACKDelayNeverHolds: the ACKs the filter must never drop are never held
+// either, however long the delay: alone in their batch, each leaves at once.
+func TestACKDelayNeverHolds(t *testing.T) {
+	cfg := ACKConfig{Delay: time.Hour}
+	for _, tc := range []struct {
+		name       string
+		lastWindow uint16
+		seg        seg
+	}{
+		{"SACK blocks", 500, seg{port: 1, flags: ack, ack: 200, window: 500, sack: true}},
+		{"duplicate ACK", 500, seg{port: 1, flags: ack, ack: 100, window: 500}},
+		{"opens a zero window", 0, seg{port: 1, flags: ack, ack: 200, window: 500}},
+		{"carries a FIN", 500, seg{port: 1, flags: ack | header.TCPFlagFin, ack: 200, window: 500}},
+		{"carries a SYN", 500, seg{port: 1, flags: ack | header.TCPFlagSyn, ack: 200, window: 500}},
+		{"carries a RST", 500, seg{port: 1, flags: ack | header.TCPFlagRst, ack: 200, window: 500}},
+		{"carries data", 500, seg{port: 1, flags: ackPsh, ack: 200, window: 500, payload: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, q := batch(t, cfg, tc.lastWindow, tc.seg)
+			assert.Equal(t, []uint32{tc.seg.ack}, got)
+			assert.Zero(t, q.stats.ackHeld.Load())
+			q.Close()
+		})
+	}
+	t.Run("unknown flow", func(t *testing.T) {
+		rq := &recordingQueue{}
+		var stats shardCounters
+		q := newTxQueue(rq, 0, &stats, cfg, newShardClock(func() {}))
+		q.pollerAwake.Store(true)
+		pkt := packet(seg{port: 9, flags: ack, ack: 200, window: 5})
+		require.Nil(t, q.WritePacket(pkt))
+		pkt.DecRef()
+		q.flush()
+		assert.Equal(t, []uint32{200}, rq.acks())
+		assert.Zero(t, stats.ackHeld.Load())
+		q.Close()
 	})
 }
 

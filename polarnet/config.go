@@ -48,6 +48,16 @@ type Config struct {
 	// ACK configures the ACK filter of the TX queue.
 	ACK ACKConfig
 
+	// DisableGRO turns off receive coalescing. Zero: on — each poller
+	// merges the in-order TCP segments of a flow that arrive in one RX
+	// burst (gVisor's stack/gro) before gVisor's TCP sees them, so a
+	// message that crossed the link as several segments is processed and
+	// acknowledged once: at MTU 1500 a 4 KiB request reaches TCP as one
+	// segment instead of three, and bulk receive took ~25% less CPU. Where
+	// nothing merges (messages that fit one segment) it costs ~0.2µs per
+	// received segment.
+	DisableGRO bool
+
 	// MaxConns caps the open TCP connections of the stack. A dial beyond it
 	// fails with EMFILE, and Accept returns EMFILE (a temporary error) while
 	// new connections wait in the listen backlog, as with a process out of

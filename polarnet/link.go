@@ -79,9 +79,12 @@ type Queue interface {
 
 	// WriteBurst transmits frames and returns how many the link accepted,
 	// in order. Fewer than len(frames) with a nil error means the ring is
-	// full or the device is briefly unable to send (carrier down); the
-	// engine counts the rest as dropped and TCP retransmits them. An error
-	// reports frames the link could never send (malformed) or ErrLinkClosed.
+	// full: the engine keeps the rest for its next flush (within a bound,
+	// then counts them as dropped) and stays awake for them. An error
+	// reports frames the link cannot send now (carrier down, device gone)
+	// or ever (malformed), or ErrLinkClosed; the engine counts the rest as
+	// errors and TCP retransmits them. A link that is down must say so
+	// with an error, or the engine retries it in a busy loop.
 	//
 	// Buffers: frames[i].Segs is the frame as a gather list owned by the
 	// engine and valid only for the call: the link writes it out (writev) or

@@ -30,8 +30,14 @@ func (st *Stack) martian(ethType tcpip.NetworkProtocolNumber, pkt []byte) bool {
 		ip := header.IPv6(pkt)
 		src = netip.AddrFrom16(ip.SourceAddress().As16())
 		if src.IsUnspecified() {
-			// Duplicate address detection and router solicitation send from ::.
-			return ip.TransportProtocol() != header.ICMPv6ProtocolNumber
+			// Duplicate address detection and router solicitation send from
+			// ::, and so do MLD reports before a link-local address is
+			// ready (RFC 3590), behind a hop-by-hop header (router alert).
+			next := ip.NextHeader()
+			if next == uint8(header.IPv6HopByHopOptionsExtHdrIdentifier) && len(pkt) > header.IPv6MinimumSize {
+				next = pkt[header.IPv6MinimumSize]
+			}
+			return next != uint8(header.ICMPv6ProtocolNumber)
 		}
 	default:
 		return false

@@ -46,6 +46,7 @@ type shard struct {
 	cpu     int // pinned to this CPU; -1: not pinned
 	rx      []RxFrame
 	rxViews []*buffer.View
+	gro     *rxGRO // gro.go; nil when Config.DisableGRO
 	done    chan struct{}
 	stopped atomic.Bool
 
@@ -101,6 +102,9 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 	s.tx = newTxQueue(q, info.Caps, &s.stats, cfg.ACK, s.clock)
 	s.meterTx()
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
+	if !cfg.DisableGRO {
+		s.gro = newRxGRO(s.ep, &s.stats.rxNoDispatcher)
+	}
 	s.stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -232,6 +236,9 @@ func (s *shard) poll() {
 			s.deliver(n)
 		}
 		n += s.receiveHandoffs()
+		if s.gro != nil {
+			s.gro.flush()
+		}
 		s.clock.runDue()
 		s.tx.flush()
 		s.burstDone(start, n, err)
@@ -352,6 +359,8 @@ func (s *shard) deliverPayload(proto tcpip.NetworkProtocolNumber, payload buffer
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
 	if _, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize); !ok {
 		s.stats.rxBadFrame.Add(1)
+	} else if s.gro != nil {
+		s.gro.enqueue(proto, pkt)
 	} else if !s.ep.deliver(proto, pkt) {
 		s.stats.rxNoDispatcher.Add(1)
 	}

@@ -116,14 +116,24 @@ func (s *sock) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
-// SetReadBuffer sets the size of the receive buffer.
+// SetReadBuffer sets the size of the receive buffer, within the stack's
+// range (Config.TCP.ReceiveBuffer for TCP), as the kernel keeps SO_RCVBUF
+// within net.core.rmem_max: no application can take more memory than the
+// stack allows a connection.
 func (s *sock) SetReadBuffer(bytes int) error {
-	return s.setOpt(func(o *tcpip.SocketOptions) { o.SetReceiveBufferSize(int64(bytes), true) })
+	return s.setOpt(func(o *tcpip.SocketOptions) {
+		lo, hi := o.ReceiveBufferLimits()
+		o.SetReceiveBufferSize(min(max(int64(bytes), lo), hi), true)
+	})
 }
 
-// SetWriteBuffer sets the size of the send buffer.
+// SetWriteBuffer sets the size of the send buffer, within the stack's range
+// (Config.TCP.SendBuffer for TCP), as SetReadBuffer does.
 func (s *sock) SetWriteBuffer(bytes int) error {
-	return s.setOpt(func(o *tcpip.SocketOptions) { o.SetSendBufferSize(int64(bytes), true) })
+	return s.setOpt(func(o *tcpip.SocketOptions) {
+		lo, hi := o.SendBufferLimits()
+		o.SetSendBufferSize(min(max(int64(bytes), lo), hi), true)
+	})
 }
 
 func (s *sock) setOpt(set func(*tcpip.SocketOptions)) error {

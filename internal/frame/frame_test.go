@@ -56,6 +56,22 @@ func TestBuildAndParseTCP(t *testing.T) {
 	}
 }
 
+func TestBuildAndParseUDP(t *testing.T) {
+	for _, ends := range [][2]netip.AddrPort{{src4, dst4}, {src6, dst6}} {
+		f := UDPFrame(nil, nil, ends[0], ends[1], []byte("datagram"))
+		p, ok := Parse(f)
+		require.True(t, ok)
+		assert.Equal(t, ends[0].Addr(), p.Src)
+		assert.Equal(t, ends[1].Addr(), p.Dst)
+		assert.True(t, ChecksumOK(f, p))
+		assert.True(t, IPv4HeaderOK(f, p))
+		u, ok := ParseUDP(f, p)
+		require.True(t, ok)
+		assert.Equal(t, UDP{SrcPort: 1234, DstPort: 80, PayloadLen: 8}, u)
+		assert.Equal(t, "datagram", string(f[p.L4+UDPLen:p.End]))
+	}
+}
+
 func TestPartialChecksum(t *testing.T) {
 	f := TCPFrame(TCPSpec{Src: src4, Dst: dst4, Flags: FlagACK, Payload: []byte("some payload")})
 	p, _ := Parse(f)

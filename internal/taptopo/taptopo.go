@@ -37,6 +37,13 @@ type Options struct {
 	DisableSteering bool
 	// Config, if set, adjusts the stack's config before New.
 	Config func(*polarnet.Config)
+	// KernelAddrs and StackAddrs, if set, replace the sides' addresses
+	// (KernelPrefixes and StackPrefixes), for tests with a subnet of their
+	// own.
+	KernelAddrs, StackAddrs []netip.Prefix
+	// Wrap, if set, decorates the TAP link before the stack takes it
+	// (impairment, capture); the stack owns what it returns.
+	Wrap func(polarnet.Link) polarnet.Link
 }
 
 // Topology is a built topology; everything is torn down by t.Cleanup.
@@ -44,6 +51,8 @@ type Topology struct {
 	NS     *netns.NS
 	Stack  *polarnet.Stack
 	Device string
+	// TAP is the stack's link (under Options.Wrap's decorators).
+	TAP *tap.Link
 }
 
 // Prefixes returns a side's addresses with the topology's prefix lengths
@@ -82,14 +91,21 @@ func New(t testing.TB, opt Options) *Topology {
 	ns := netns.New(t)
 	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnt"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: opt.DisableOffloads, DisableSteering: opt.DisableSteering})
 	require.NoError(t, err)
-	if err := PlugKernelSide(ns, link.Info().Name, link.Info().MTU); err != nil {
+	kernelAddrs, stackAddrs := opt.KernelAddrs, opt.StackAddrs
+	if kernelAddrs == nil {
+		kernelAddrs = KernelPrefixes(0)
+	}
+	if stackAddrs == nil {
+		stackAddrs = []netip.Prefix{netip.PrefixFrom(Stack4, 24), netip.PrefixFrom(Stack6, 64)}
+	}
+	if err := Plug(ns, link.Info().Name, link.Info().MTU, kernelAddrs...); err != nil {
 		link.Close()
 		require.NoError(t, err)
 	}
 	dev := link.Info().Name
-	cfg := polarnet.Config{
-		Link:  link,
-		Addrs: []netip.Prefix{netip.PrefixFrom(Stack4, 24), netip.PrefixFrom(Stack6, 64)},
+	cfg := polarnet.Config{Link: link, Addrs: stackAddrs}
+	if opt.Wrap != nil {
+		cfg.Link = opt.Wrap(link)
 	}
 	if opt.Config != nil {
 		opt.Config(&cfg)
@@ -99,5 +115,5 @@ func New(t testing.TB, opt Options) *Topology {
 	// Registered after netns.New, so it runs first: the stack's TAP fd must
 	// be closed before the namespace is deleted.
 	t.Cleanup(func() { st.Close() })
-	return &Topology{NS: ns, Stack: st, Device: dev}
+	return &Topology{NS: ns, Stack: st, Device: dev, TAP: link}
 }

@@ -91,3 +91,28 @@ func Exchange(client, server HalfCloser, size int64) error {
 	}
 	return nil
 }
+
+// Send moves n pattern bytes (of seed) one way: it writes them to from and
+// half-closes it, while it reads to to EOF. It returns an error unless to
+// delivered exactly those bytes. Deadlines on both conns bound it.
+func Send(from HalfCloser, to io.Reader, n int64, seed uint64) error {
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(from, Pattern(n, seed))
+		if err == nil {
+			err = from.CloseWrite()
+		}
+		wrote <- err
+	}()
+	got, m, readErr := Hash(to)
+	if err := <-wrote; err != nil {
+		return fmt.Errorf("sending: %w", err)
+	}
+	if readErr != nil {
+		return fmt.Errorf("receiving: %w", readErr)
+	}
+	if want, _, _ := Hash(Pattern(n, seed)); m != n || got != want {
+		return fmt.Errorf("received %d bytes (want %d), hash match %v", m, n, got == want)
+	}
+	return nil
+}

@@ -59,8 +59,6 @@ type testHooks struct {
 	netlinkAttach bool
 	// noTxMetadata makes the link complete TX checksums in software.
 	noTxMetadata bool
-	// noTxChecksum makes the link claim no TX checksum offload at all.
-	noTxChecksum bool
 }
 
 // New opens an AF_XDP link on cfg.Interface: it detaches a program a
@@ -93,11 +91,14 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 	case cfg.MTU > dev.mtu:
 		return nil, fmt.Errorf("afxdp: MTU %d is larger than %s's (%d); raise the interface's first", cfg.MTU, name, dev.mtu)
 	}
-	maxFrame := cfg.FrameSize - frameHeadroom
-	if dev.mtu+ethHdrLen > maxFrame {
-		return nil, fmt.Errorf("afxdp: %s has MTU %d: frames of %d bytes do not fit UMEM frames of %d (%d usable); lower the MTU: %w",
-			name, dev.mtu, dev.mtu+ethHdrLen, cfg.FrameSize, maxFrame, polarnet.ErrNotSupported)
+	// A frame larger than a UMEM frame spans several (multi-buffer).
+	chunkData := cfg.FrameSize - frameHeadroom
+	descs := (dev.mtu + ethHdrLen + chunkData - 1) / chunkData
+	if descs > min(maxFrameDescs, cfg.RingSize) {
+		return nil, fmt.Errorf("afxdp: %s has MTU %d: frames of %d bytes would span %d UMEM frames of %d (%d usable), more than %d; lower the MTU: %w",
+			name, dev.mtu, dev.mtu+ethHdrLen, descs, cfg.FrameSize, chunkData, min(maxFrameDescs, cfg.RingSize), polarnet.ErrNotSupported)
 	}
+	multiBuffer := descs > 1
 	l := &Link{
 		cfg:     cfg,
 		ifindex: dev.index,
@@ -107,7 +108,6 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 			MAC:         dev.mac,
 			MTU:         cfg.MTU,
 			RxFrameSize: dev.mtu + ethHdrLen,
-			Caps:        polarnet.CapRXChecksum,
 		},
 	}
 	defer func() {
@@ -123,7 +123,7 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 	// before the program starts taking frames from the kernel.
 	l.txCsum = txChecksumSoftware
 	for i := range cfg.Queues {
-		s, err := openSocket(socketConfig{ifindex: dev.index, queue: i, cfg: &l.cfg, noTxMeta: hooks.noTxMetadata})
+		s, err := openSocket(socketConfig{ifindex: dev.index, queue: i, cfg: &l.cfg, noTxMeta: hooks.noTxMetadata, multiBuffer: multiBuffer})
 		if err != nil {
 			return nil, fmt.Errorf("afxdp: %s: %w", name, err)
 		}
@@ -142,21 +142,21 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 			}
 		}
 	}
-	if hooks.noTxChecksum {
+	if cfg.DisableOffloads {
 		l.txCsum = 0
 	} else {
-		l.info.Caps |= polarnet.CapTXChecksum
+		l.info.Caps |= polarnet.CapRXChecksum | polarnet.CapTXChecksum
 	}
 	for _, pq := range l.queues {
 		q := pq.(*queue)
 		q.txCsum = l.txCsum
-		q.rxVerify = true
+		q.rxMark = !cfg.DisableOffloads
 		// veth frames come from the local kernel, which leaves the
 		// checksums of its CHECKSUM_PARTIAL packets unfinished.
 		q.rxPartial = dev.driver == "veth"
 	}
 
-	if err := l.loadProgram(max(cfg.Queues, dev.rxQueues)); err != nil {
+	if err := l.loadProgram(max(cfg.Queues, dev.rxQueues), multiBuffer); err != nil {
 		return nil, err
 	}
 	if err := l.attach(hooks.netlinkAttach); err != nil {
@@ -166,8 +166,9 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 }
 
 // loadProgram creates the XSK map with the queues' sockets and loads the
-// XDP program.
-func (l *Link) loadProgram(entries int) error {
+// XDP program, declared able to see multi-buffer frames (of which it reads
+// the first buffer's headers only) when the sockets take them.
+func (l *Link) loadProgram(entries int, multiBuffer bool) error {
 	var err error
 	l.xsks, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "pnxdp_xsks",
@@ -188,11 +189,16 @@ func (l *Link) loadProgram(entries int) error {
 	if err != nil {
 		return err
 	}
+	var flags uint32
+	if multiBuffer {
+		flags = unix.BPF_F_XDP_HAS_FRAGS
+	}
 	l.prog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name:         programPrefix + strconv.Itoa(os.Getpid()),
 		Type:         ebpf.XDP,
 		Instructions: insns,
 		License:      "Dual MIT/GPL",
+		Flags:        flags,
 	}, ebpf.ProgramOptions{})
 	if err != nil {
 		return bpfError("loading the XDP program", err)

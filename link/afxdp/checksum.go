@@ -75,93 +75,112 @@ const (
 )
 
 // checkRX examines the TCP or UDP checksum of an Ethernet frame carrying
-// IPv4 or IPv6 (without extension headers).
-func checkRX(frame []byte) rxChecksum {
+// IPv4 or IPv6 (without extension headers). For a partial checksum it also
+// returns where the checksum field is in the frame and the checksum that
+// completes it.
+func checkRX(frame []byte) (res rxChecksum, field int, complete uint16) {
 	if len(frame) < ethHdrLen {
-		return rxChecksumUnknown
+		return rxChecksumUnknown, 0, 0
 	}
 	var (
 		proto  uint8
 		l4     []byte
+		l4off  int
 		pseudo uint16
 	)
 	switch binary.BigEndian.Uint16(frame[12:]) {
 	case etherTypeIPv4:
 		ip := frame[ethHdrLen:]
 		if len(ip) < 20 || ip[0]>>4 != 4 {
-			return rxChecksumUnknown
+			return rxChecksumUnknown, 0, 0
 		}
 		hl, tl := int(ip[0]&0xf)*4, int(binary.BigEndian.Uint16(ip[2:]))
 		if hl < 20 || tl < hl || tl > len(ip) {
-			return rxChecksumUnknown
+			return rxChecksumUnknown, 0, 0
 		}
 		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return rxChecksumUnknown // a fragment
+			return rxChecksumUnknown, 0, 0 // a fragment
 		}
 		if sum(ip[:hl]) != 0xffff {
-			return rxChecksumBad
+			return rxChecksumBad, 0, 0
 		}
-		proto, l4 = ip[9], ip[hl:tl]
+		proto, l4, l4off = ip[9], ip[hl:tl], ethHdrLen+hl
 		pseudo = add16(sum(ip[12:20]), uint16(proto))
 	case etherTypeIPv6:
 		ip := frame[ethHdrLen:]
 		if len(ip) < 40 || ip[0]>>4 != 6 {
-			return rxChecksumUnknown
+			return rxChecksumUnknown, 0, 0
 		}
 		end := 40 + int(binary.BigEndian.Uint16(ip[4:]))
 		if end > len(ip) {
-			return rxChecksumUnknown
+			return rxChecksumUnknown, 0, 0
 		}
-		proto, l4 = ip[6], ip[40:end]
+		proto, l4, l4off = ip[6], ip[40:end], ethHdrLen+40
 		pseudo = add16(sum(ip[8:40]), uint16(proto))
 	default:
-		return rxChecksumUnknown
+		return rxChecksumUnknown, 0, 0
 	}
-	var field int
 	switch proto {
 	case protoTCP:
 		if len(l4) < 20 {
-			return rxChecksumUnknown
+			return rxChecksumUnknown, 0, 0
 		}
 		field = 16
 	case protoUDP:
 		if len(l4) < 8 {
-			return rxChecksumUnknown
+			return rxChecksumUnknown, 0, 0
 		}
 		if binary.BigEndian.Uint16(l4[6:]) == 0 && frame[12] == 0x08 {
-			return rxChecksumUnknown // IPv4 UDP without a checksum
+			return rxChecksumUnknown, 0, 0 // IPv4 UDP without a checksum
 		}
 		field = 6
 	default:
-		return rxChecksumUnknown
+		return rxChecksumUnknown, 0, 0
 	}
 	length := uint16(len(l4))
 	pseudo = add16(pseudo, length)
-	if add16(sum(l4), pseudo) == 0xffff {
-		return rxChecksumGood
+	l4sum := sum(l4)
+	if add16(l4sum, pseudo) == 0xffff {
+		return rxChecksumGood, 0, 0
 	}
 	// Linux puts the folded pseudo-header sum in the field of a
 	// CHECKSUM_PARTIAL packet (~tcp_v4_check(len, saddr, daddr, 0)); the
-	// two representations of zero are the same sum.
+	// two representations of zero are the same sum. The field seeds the
+	// sum as it does for a NIC completing it, so the complement of the
+	// segment's sum is the checksum.
 	if got := binary.BigEndian.Uint16(l4[field:]); got == pseudo || (got^0xffff == 0 && pseudo == 0) || (got == 0 && pseudo == 0xffff) {
-		return rxChecksumPartial
+		complete = ^l4sum
+		if complete == 0 {
+			complete = 0xffff
+		}
+		return rxChecksumPartial, l4off + field, complete
 	}
-	return rxChecksumBad
+	return rxChecksumBad, 0, 0
 }
 
-// completeChecksum finishes a checksum-partial frame as a NIC would: the
-// field at start+off holds the pseudo-header sum, and the sum of the bytes
-// from start to the end goes there, complemented (0 sent as 0xffff, which
-// UDP needs and TCP does not mind). It reports false if the offsets do not
-// fit the frame.
-func completeChecksum(frame []byte, start, off int) bool {
-	if start+off+2 > len(frame) || start > len(frame) {
-		return false
+// completeChecksum finishes a checksum-partial frame as a NIC would. The
+// frame is pieces in order (the UMEM frames it spans); the field at
+// start+off, within the first piece, holds the pseudo-header sum, and the
+// sum of the bytes from start to the end goes there, complemented (0 sent
+// as 0xffff, which UDP needs and TCP does not mind).
+func completeChecksum(pieces [][]byte, start, off int) {
+	var acc uint16
+	odd := false // the piece starts at an odd offset from start
+	for i, p := range pieces {
+		if i == 0 {
+			p = p[start:]
+		}
+		s := sum(p)
+		if odd {
+			// Its bytes sit the other way round in the 16-bit words.
+			s = bits.ReverseBytes16(s)
+		}
+		acc = add16(acc, s)
+		odd = odd != (len(p)%2 == 1)
 	}
-	c := ^sum(frame[start:])
+	c := ^acc
 	if c == 0 {
 		c = 0xffff
 	}
-	binary.BigEndian.PutUint16(frame[start+off:], c)
-	return true
+	binary.BigEndian.PutUint16(pieces[0][start+off:], c)
 }

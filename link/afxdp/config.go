@@ -9,10 +9,10 @@ import (
 
 // Defaults of the zero Config.
 const (
-	// DefaultFrameSize is the size of one UMEM frame: a page, the most a
-	// frame may span without multi-buffer support. It bounds the frames the
-	// link carries to DefaultFrameSize-256 bytes (the kernel keeps 256 bytes
-	// of headroom, XDP_PACKET_HEADROOM), an MTU of up to 3826.
+	// DefaultFrameSize is the size of one UMEM frame: a page, the most the
+	// kernel allows. One holds a frame of up to DefaultFrameSize-256 bytes
+	// (the kernel keeps 256 bytes of headroom, XDP_PACKET_HEADROOM), an MTU
+	// of up to 3826; larger frames span several (multi-buffer).
 	DefaultFrameSize = 4096
 	// DefaultRingSize is the number of descriptors of each of a queue's four
 	// rings (fill, RX, TX, completion).
@@ -153,8 +153,9 @@ type Config struct {
 	ZeroCopy ZeroCopy
 
 	// FrameSize is the size of a UMEM frame, a power of two from 2048 to
-	// the page size. Default: DefaultFrameSize. The largest frame the link
-	// carries is FrameSize-256 bytes, Ethernet header included.
+	// the page size. Default: DefaultFrameSize. A frame of more than
+	// FrameSize-256 bytes, Ethernet header included, spans several UMEM
+	// frames (multi-buffer, Linux 6.6 and later), at most 16.
 	FrameSize int
 
 	// RingSize is the number of descriptors in each ring of a queue (fill,
@@ -171,6 +172,13 @@ type Config struct {
 	// busy (EBUSY) because a socket released it a moment ago, as after a
 	// restart. Default: DefaultBusyTimeout. Negative: no retry.
 	BusyTimeout time.Duration
+
+	// DisableOffloads makes the link claim no checksum offload, so that the
+	// engine computes every checksum it sends and verifies every one it
+	// receives, and each frame is as it would be on a wire: a partial
+	// checksum from the local kernel on veth is completed by the link
+	// before the engine sees the frame.
+	DisableOffloads bool
 }
 
 // withDefaults returns c with zero fields replaced by defaults (except

@@ -74,7 +74,9 @@
 //
 // Native mode on veth runs the program in the veth's NAPI poll; attaching it
 // makes the kernel turn off GSO on the peer (so the peer's TCP sends
-// MTU-sized frames) and requires the peer's MTU to fit a page. Generic mode
+// MTU-sized frames) and requires the peer's MTU to fit a page, unless the
+// program takes multi-buffer frames, as it does when the MTU needs them
+// (see Frame sizes). Generic mode
 // sees the peer's socket buffers as the stack would: with TSO on at the
 // peer (the default) TCP arrives in super-frames of up to 64 KiB, larger
 // than any UMEM frame, which the kernel drops; TCP from such a peer stalls.
@@ -96,7 +98,9 @@
 // sum is taken for a partial checksum and marked ChecksumValid as well
 // (a corrupted frame would have to hit that one value of 65536); anything
 // else is left unmarked for the engine to verify and drop. Devices other
-// than veth get no such allowance.
+// than veth get no such allowance. With Config.DisableOffloads the link
+// claims no checksum offload and completes a partial checksum in the frame
+// instead, so the engine verifies every frame and sees it as on a wire.
 //
 // On TX the link claims CapTXChecksum. Where the kernel accepts TX metadata
 // (Linux 6.11 and later) and the socket is in copy mode, a checksum-partial
@@ -108,10 +112,22 @@
 // drivers may ignore the request, or older kernels) the link completes the
 // checksum in software while the frame is in UMEM.
 //
+// # Frame sizes
+//
+// A UMEM frame holds FrameSize-256 bytes of a frame (the kernel keeps 256
+// bytes of headroom): 3840 by default, an MTU of 3826. Where the
+// interface's MTU needs more (a jumbo MTU of 9000, say), the link uses
+// multi-buffer AF_XDP (XDP_USE_SG, Linux 6.6 and later): a frame spans up
+// to 16 UMEM frames, one descriptor each, all but the last marked
+// XDP_PKT_CONTD, in both directions, and the XDP program is loaded as one
+// that handles such frames (BPF_F_XDP_HAS_FRAGS). ReadBurst joins the parts
+// into the engine's buffer with the same one copy; WriteBurst spreads a
+// frame over as many free UMEM frames, with its TX metadata in front of the
+// first, and completes a checksum in software across them. New refuses an
+// interface whose frames would span more than 16.
+//
 // # Limits
 //
-// Frames are at most FrameSize-256 bytes (the kernel keeps 256 bytes of
-// headroom): New refuses an interface whose MTU does not fit. The link does
-// not segment (no CapGSO) and does not receive multi-buffer frames. UMEM is
-// locked memory: without CAP_IPC_LOCK it counts against RLIMIT_MEMLOCK.
+// The link does not segment (no CapGSO). UMEM is locked memory: without
+// CAP_IPC_LOCK it counts against RLIMIT_MEMLOCK.
 package afxdp

@@ -20,10 +20,12 @@ import (
 
 // topoOptions shape a topology.
 type topoOptions struct {
-	mode   Mode
-	filter Filter
-	hooks  testHooks
-	poll   polarnet.PollMode
+	mtu         int // 0: 1500
+	mode        Mode
+	filter      Filter
+	hooks       testHooks
+	poll        polarnet.PollMode
+	offloadsOff bool
 }
 
 // topology is a polarnet stack on an AF_XDP link on the local end of a veth
@@ -36,10 +38,10 @@ type topology struct {
 
 func newTopology(t testing.TB, opt topoOptions) *topology {
 	t.Helper()
-	v := newVeth(t, vethOptions{})
+	v := newVeth(t, vethOptions{mtu: opt.mtu})
 	v.addKernelAddrs(t)
 	addrs := []netip.Prefix{netip.PrefixFrom(stack4, 24), netip.PrefixFrom(stack6, 64)}
-	l, err := newLink(Config{Interface: v.local, Addresses: addrs, Mode: opt.mode, Filter: opt.filter}, opt.hooks)
+	l, err := newLink(Config{Interface: v.local, Addresses: addrs, Mode: opt.mode, Filter: opt.filter, DisableOffloads: opt.offloadsOff}, opt.hooks)
 	require.NoError(t, err)
 	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: addrs, Poll: opt.poll})
 	require.NoError(t, err)
@@ -100,27 +102,38 @@ func (tp *topology) pairs(t testing.TB, v6 bool) map[string][2]xfer.HalfCloser {
 	return out
 }
 
-// TestTransfers moves 1 B, 64 KiB and 64 MiB each way, byte-exact, in
-// each way of completing TX checksums, with the kernel peer's offloads on.
+// TestTransfers moves 1 B, 64 KiB and 64 MiB (8 MiB at MTU 9000 and under
+// -race) each way, byte-exact, in each way of completing TX checksums, at
+// MTU 1500 and 9000 (multi-buffer), with the kernel peer's offloads on.
 func TestTransfers(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		mode  Mode
-		hooks testHooks
-		sizes []int64
+		name        string
+		mode        Mode
+		mtu         int
+		hooks       testHooks
+		offloadsOff bool
+		sizes       []int64
 	}{
-		{"native", ModeNative, testHooks{}, nil},
-		{"native,software-tx-checksum", ModeNative, testHooks{noTxMetadata: true}, nil},
-		{"native,no-tx-checksum", ModeNative, testHooks{noTxChecksum: true}, nil},
-		{"generic", ModeGeneric, testHooks{}, []int64{1, 1000}},
+		{"native", ModeNative, 0, testHooks{}, false, nil},
+		{"native,software-tx-checksum", ModeNative, 0, testHooks{noTxMetadata: true}, false, nil},
+		{"native,offloads-off", ModeNative, 0, testHooks{}, true, nil},
+		{"generic", ModeGeneric, 0, testHooks{}, false, []int64{1, 1000}},
+		// Frames of three UMEM frames each (multi-buffer).
+		{"native,mtu=9000", ModeNative, 9000, testHooks{}, false, nil},
+		{"native,mtu=9000,software-tx-checksum", ModeNative, 9000, testHooks{noTxMetadata: true}, false, nil},
+		{"native,mtu=9000,offloads-off", ModeNative, 9000, testHooks{}, true, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tp := newTopology(t, topoOptions{mode: c.mode, hooks: c.hooks})
+			tp := newTopology(t, topoOptions{mtu: c.mtu, mode: c.mode, hooks: c.hooks, offloadsOff: c.offloadsOff})
 			t.Logf("link: %v; peer: %s", tp.link, tp.v.offloads(t))
+			bulk := int64(64 << 20)
+			if c.mtu > 0 || raceEnabled {
+				bulk = 8 << 20
+			}
 			for _, v6 := range []bool{false, true} {
 				sizes := c.sizes
 				if sizes == nil {
-					sizes = []int64{1, 64 << 10, 64 << 20}
+					sizes = []int64{1, 64 << 10, bulk}
 					if v6 {
 						sizes = sizes[:2]
 					}
@@ -130,7 +143,7 @@ func TestTransfers(t *testing.T) {
 						name := fmt.Sprintf("ipv6=%v %s %d bytes", v6, dir, size)
 						start := time.Now()
 						assert.NoError(t, xfer.Exchange(p[0], p[1], size), name)
-						if size >= 64<<20 {
+						if size == bulk {
 							t.Logf("%s: %.2f Gbit/s", name, float64(2*size*8)/time.Since(start).Seconds()/1e9)
 						}
 					}
@@ -145,6 +158,7 @@ func TestTransfers(t *testing.T) {
 				partial += qs.RxChecksumPartial
 			}
 			t.Logf("frames with partial checksums: %d of %d", partial, st.RxFrames)
+			assert.NotZero(t, partial, "the peer's checksum offload is on: its TCP frames arrive checksum-partial")
 		})
 	}
 }

@@ -88,7 +88,8 @@ func TestErrors(t *testing.T) {
 		t.Log(err)
 	})
 	t.Run("MTU too large", func(t *testing.T) {
-		w := newVeth(t, vethOptions{mtu: 9000, noIPv6: true})
+		// Frames of 65014 bytes would span 17 UMEM frames.
+		w := newVeth(t, vethOptions{mtu: 65000, noIPv6: true})
 		_, err := New(Config{Interface: w.local, Filter: FilterAll})
 		assert.ErrorIs(t, err, polarnet.ErrNotSupported)
 		t.Log(err)

@@ -85,14 +85,38 @@ func programInstructions(filter Filter, addrs []netip.Prefix, redirect asm.Instr
 		asm.LoadMem(rEnd, rCtx, xdpMdDataEnd, asm.Word),
 	)
 	insns = append(insns, boundsCheck(ethHdrLen)...)
+	// A family without addresses goes to the kernel whole, and its code is
+	// left out: the verifier rejects code that nothing jumps to.
+	insns = append(insns, asm.LoadMem(rValue, rData, offEtherType, asm.Half))
+	if len(v4) > 0 {
+		insns = append(insns,
+			asm.JEq.Imm32(rValue, int32(nativeUint16(etherTypeIPv4)), "ipv4"),
+			asm.JEq.Imm32(rValue, int32(nativeUint16(etherTypeARP)), "arp"),
+		)
+	}
+	if len(v6) > 0 {
+		insns = append(insns, asm.JEq.Imm32(rValue, int32(nativeUint16(etherTypeIPv6)), "ipv6"))
+	}
+	insns = append(insns, asm.Ja.Label("pass"))
+	if len(v4) > 0 {
+		insns = append(insns, ipv4Instructions(filter, v4)...)
+	}
+	if len(v6) > 0 {
+		insns = append(insns, ipv6Instructions(filter, v6)...)
+	}
 	insns = append(insns,
-		asm.LoadMem(rValue, rData, offEtherType, asm.Half),
-		asm.JEq.Imm32(rValue, int32(nativeUint16(etherTypeIPv4)), "ipv4"),
-		asm.JEq.Imm32(rValue, int32(nativeUint16(etherTypeIPv6)), "ipv6"),
-		asm.JEq.Imm32(rValue, int32(nativeUint16(etherTypeARP)), "arp"),
-		asm.Ja.Label("pass"),
+		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
+		asm.Return(),
 	)
+	redirect = append(asm.Instructions(nil), redirect...)
+	redirect[0] = redirect[0].WithSymbol("redirect")
+	return append(insns, redirect...), nil
+}
 
+// ipv4Instructions are the "arp" and "ipv4" blocks of the program, for
+// addresses v4 (at least one); they end in jumps to "redirect" or "pass".
+func ipv4Instructions(filter Filter, v4 []netip.Addr) asm.Instructions {
+	var insns asm.Instructions
 	// ARP: requests for one of our IPv4 addresses and replies to us.
 	arp := boundsCheck(arpEnd)
 	arp[0] = arp[0].WithSymbol("arp")
@@ -116,15 +140,18 @@ func programInstructions(filter Filter, addrs []netip.Prefix, redirect asm.Instr
 			asm.JEq.Imm32(rValue, protoICMP, "redirect"),
 		)
 	}
-	insns = append(insns, asm.Ja.Label("pass"))
+	return append(insns, asm.Ja.Label("pass"))
+}
 
+// ipv6Instructions is the "ipv6" block of the program, for addresses v6
+// (at least one); it ends in jumps to "redirect" or "pass".
+func ipv6Instructions(filter Filter, v6 []netip.Addr) asm.Instructions {
 	// IPv6: TCP (and UDP and ICMPv6 with FilterStack) to our addresses,
 	// neighbour discovery for them with either filter. A neighbour
 	// solicitation is addressed to a solicited-node multicast group, which
 	// other hosts' addresses share: its target address decides.
-	ipv6 := boundsCheck(ipv6End)
-	ipv6[0] = ipv6[0].WithSymbol("ipv6")
-	insns = append(insns, ipv6...)
+	insns := boundsCheck(ipv6End)
+	insns[0] = insns[0].WithSymbol("ipv6")
 	insns = append(insns, asm.LoadMem(asm.R1, rData, offIPv6Next, asm.Byte))
 	insns = append(insns, matchAddrs(offIPv6Dst, v6, "ipv6-ours")...)
 	// Not to us: a neighbour solicitation for one of our addresses?
@@ -152,13 +179,7 @@ func programInstructions(filter Filter, addrs []netip.Prefix, redirect asm.Instr
 			asm.JEq.Imm32(rValue, icmpv6NA, "redirect"),
 		)
 	}
-	insns = append(insns,
-		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
-		asm.Return(),
-	)
-	redirect = append(asm.Instructions(nil), redirect...)
-	redirect[0] = redirect[0].WithSymbol("redirect")
-	return append(insns, redirect...), nil
+	return append(insns, asm.Ja.Label("pass"))
 }
 
 // redirectToQueue redirects the frame to the socket in xsks at the frame's

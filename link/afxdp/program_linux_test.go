@@ -28,41 +28,57 @@ func TestProgramFilter(t *testing.T) {
 		name            string
 		frame           []byte
 		stack, tcp, all bool
+		v6              bool // an IPv6 frame (else IPv4, ARP or other)
 	}{
-		{"IPv4 TCP to us", ipv4Frame(stack4, protoTCP), true, true, true},
-		{"IPv4 TCP to our second address", ipv4Frame(high, protoTCP), true, true, true},
-		{"IPv4 TCP to another host", ipv4Frame(other4, protoTCP), false, false, true},
-		{"IPv4 UDP to us", ipv4Frame(stack4, protoUDP), true, false, true},
-		{"IPv4 ICMP to us", ipv4Frame(stack4, protoICMP), true, false, true},
-		{"IPv4 GRE to us", ipv4Frame(stack4, 47), false, false, true},
-		{"ARP for us", arpFrame(stack4), true, true, true},
-		{"ARP for another host", arpFrame(other4), false, false, true},
-		{"IPv6 TCP to us", ipv6Frame(stack6, protoTCP, nil), true, true, true},
-		{"IPv6 TCP to another host", ipv6Frame(other6, protoTCP, nil), false, false, true},
-		{"IPv6 UDP to us", ipv6Frame(stack6, protoUDP, nil), true, false, true},
-		{"IPv6 echo request to us", ipv6Frame(stack6, protoICMPv6, []byte{128, 0, 0, 0}), true, false, true},
-		{"neighbour solicitation for us", nsFrame(stack6), true, true, true},
-		{"neighbour solicitation for another host", nsFrame(other6), false, false, true},
-		{"neighbour advertisement to us", ipv6Frame(stack6, protoICMPv6, make([]byte, 24)), true, true, true},
-		{"link suite frame", append(make([]byte, 12), 0x88, 0xb5, 1, 2, 3), false, false, true},
-		{"truncated IPv4", ipv4Frame(stack4, protoTCP)[:ethHdrLen+10], false, false, true},
-		{"truncated neighbour solicitation", nsFrame(stack6)[:ndpEnd-1], false, false, true},
+		{"IPv4 TCP to us", ipv4Frame(stack4, protoTCP), true, true, true, false},
+		{"IPv4 TCP to our second address", ipv4Frame(high, protoTCP), true, true, true, false},
+		{"IPv4 TCP to another host", ipv4Frame(other4, protoTCP), false, false, true, false},
+		{"IPv4 UDP to us", ipv4Frame(stack4, protoUDP), true, false, true, false},
+		{"IPv4 ICMP to us", ipv4Frame(stack4, protoICMP), true, false, true, false},
+		{"IPv4 GRE to us", ipv4Frame(stack4, 47), false, false, true, false},
+		{"ARP for us", arpFrame(stack4), true, true, true, false},
+		{"ARP for another host", arpFrame(other4), false, false, true, false},
+		{"IPv6 TCP to us", ipv6Frame(stack6, protoTCP, nil), true, true, true, true},
+		{"IPv6 TCP to another host", ipv6Frame(other6, protoTCP, nil), false, false, true, true},
+		{"IPv6 UDP to us", ipv6Frame(stack6, protoUDP, nil), true, false, true, true},
+		{"IPv6 echo request to us", ipv6Frame(stack6, protoICMPv6, []byte{128, 0, 0, 0}), true, false, true, true},
+		{"neighbour solicitation for us", nsFrame(stack6), true, true, true, true},
+		{"neighbour solicitation for another host", nsFrame(other6), false, false, true, true},
+		{"neighbour advertisement to us", ipv6Frame(stack6, protoICMPv6, make([]byte, 24)), true, true, true, true},
+		{"link suite frame", append(make([]byte, 12), 0x88, 0xb5, 1, 2, 3), false, false, true, false},
+		{"truncated IPv4", ipv4Frame(stack4, protoTCP)[:ethHdrLen+10], false, false, true, false},
+		{"truncated neighbour solicitation", nsFrame(stack6)[:ndpEnd-1], false, false, true, true},
 	}
-	for _, filter := range []Filter{FilterStack, FilterTCP, FilterAll} {
-		t.Run(filter.String(), func(t *testing.T) {
-			insns, err := programInstructions(filter, addrs, asm.Instructions{asm.Mov.Imm(asm.R0, xdpTX), asm.Return()})
-			require.NoError(t, err)
-			prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, Instructions: insns, License: "Dual MIT/GPL"})
-			require.NoError(t, err)
-			defer prog.Close()
-			for _, f := range frames {
-				want := map[Filter]bool{FilterStack: f.stack, FilterTCP: f.tcp, FilterAll: f.all}[filter]
-				// Test runs want a frame of at least the Ethernet header.
-				ret, err := prog.Run(&ebpf.RunOptions{Data: append(f.frame, make([]byte, max(0, ethHdrLen-len(f.frame)))...)})
-				require.NoError(t, err, f.name)
-				assert.Equal(t, want, ret == xdpTX, "%s: verdict %d", f.name, ret)
-			}
-		})
+	// A stack with addresses of one family only: the program must still
+	// load (the verifier rejects unreachable code) and pass the other
+	// family's frames to the kernel.
+	for _, family := range []string{"both", "IPv4 only", "IPv6 only"} {
+		addrs := addrs
+		switch family {
+		case "IPv4 only":
+			addrs = []netip.Prefix{addrs[0], addrs[2]}
+		case "IPv6 only":
+			addrs = addrs[1:2]
+		}
+		for _, filter := range []Filter{FilterStack, FilterTCP, FilterAll} {
+			t.Run(family+"/"+filter.String(), func(t *testing.T) {
+				insns, err := programInstructions(filter, addrs, asm.Instructions{asm.Mov.Imm(asm.R0, xdpTX), asm.Return()})
+				require.NoError(t, err)
+				prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, Instructions: insns, License: "Dual MIT/GPL"})
+				require.NoError(t, err)
+				defer prog.Close()
+				for _, f := range frames {
+					want := map[Filter]bool{FilterStack: f.stack, FilterTCP: f.tcp, FilterAll: f.all}[filter]
+					if filter != FilterAll && (family == "IPv4 only" && f.v6 || family == "IPv6 only" && !f.v6) {
+						want = false
+					}
+					// Test runs want a frame of at least the Ethernet header.
+					ret, err := prog.Run(&ebpf.RunOptions{Data: append(f.frame, make([]byte, max(0, ethHdrLen-len(f.frame)))...)})
+					require.NoError(t, err, f.name)
+					assert.Equal(t, want, ret == xdpTX, "%s: verdict %d", f.name, ret)
+				}
+			})
+		}
 	}
 }
 

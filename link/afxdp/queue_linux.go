@@ -20,6 +20,11 @@ import (
 // sends up to the socket's TX budget, so a full ring takes a few.
 const maxKicks = 64
 
+// maxFrameDescs bounds the UMEM frames (descriptors) one multi-buffer frame
+// spans: the kernel builds a sent frame as a socket buffer of at most
+// MAX_SKB_FRAGS+1 parts (MAX_SKB_FRAGS is 17 unless configured otherwise).
+const maxFrameDescs = 16
+
 // txChecksum says how a queue completes checksum-partial frames.
 type txChecksum uint8
 
@@ -66,7 +71,10 @@ type queue struct {
 
 	frameMask uint64 // FrameSize-1: a descriptor's address less its offset
 	rxMax     int    // the largest frame handed to the engine
-	rxVerify  bool   // check RX checksums (the link claims CapRXChecksum)
+	// rxMark marks frames whose checksum the link verified ChecksumValid
+	// (the link claims CapRXChecksum); without it the link completes
+	// partial checksums in the frame and leaves verifying to the engine.
+	rxMark bool
 	// rxPartial accepts frames whose checksum field holds the
 	// pseudo-header sum only, as the local kernel sends them on veth.
 	rxPartial bool
@@ -76,6 +84,11 @@ type queue struct {
 	free   []uint64 // TX frames not in use
 	txCsum txChecksum
 	copyTX bool // copy mode: frames are sent by sendto, never by themselves
+	// chunkData is the room for a frame's bytes in one UMEM frame; with
+	// multiBuffer a larger frame spans several.
+	chunkData   int
+	multiBuffer bool
+	pieces      [maxFrameDescs][]byte // a frame's parts in UMEM, during WriteBurst
 
 	stats queueCounters
 }
@@ -98,13 +111,15 @@ func newQueue(l *Link, index int, s *socket, rxMax int) (*queue, error) {
 	// Non-blocking (the socket is), so os.NewFile registers it with the
 	// netpoller.
 	q := &queue{
-		link:      l,
-		index:     index,
-		sock:      s,
-		waitFile:  os.NewFile(uintptr(waitFd), fmt.Sprintf("afxdp:%s:%d", l.info.Name, index)),
-		frameMask: uint64(s.frameSize - 1),
-		rxMax:     rxMax,
-		copyTX:    !s.zeroCopy,
+		link:        l,
+		index:       index,
+		sock:        s,
+		waitFile:    os.NewFile(uintptr(waitFd), fmt.Sprintf("afxdp:%s:%d", l.info.Name, index)),
+		frameMask:   uint64(s.frameSize - 1),
+		chunkData:   s.frameSize - frameHeadroom,
+		multiBuffer: s.multiBuffer,
+		rxMax:       rxMax,
+		copyTX:      !s.zeroCopy,
 	}
 	q.wait, err = q.waitFile.SyscallConn()
 	if err != nil {
@@ -139,46 +154,66 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 	if avail == 0 || len(frames) == 0 {
 		return 0, nil
 	}
-	n := min(avail, uint32(len(frames)))
 	fillProd := *s.fill.producer
 	out := 0
-	for i := range n {
-		d := s.rx.desc(cons + i)
-		addr, length := d.Addr, int(d.Len)
-		// The fill ring has room: RX frames are exactly as many as its slots.
-		*s.fill.addr(fillProd + i) = addr &^ q.frameMask
-		if addr+uint64(length) > uint64(len(s.umem)) {
-			q.stats.rxInvalid.Add(1)
-			continue
+	var i uint32 // descriptors consumed
+	for i < avail && out < len(frames) {
+		// A frame is one descriptor or, with multi-buffer, several, all
+		// but the last marked XDP_PKT_CONTD.
+		end := i
+		for end < avail && s.rx.desc(cons+end).Options&unix.XDP_PKT_CONTD != 0 {
+			end++
+		}
+		if end == avail {
+			break // the kernel publishes a frame's descriptors together
 		}
 		f := &frames[out]
-		if length > q.rxMax || length > cap(f.Buf) {
-			q.stats.rxOversize.Add(1)
+		length, ok := 0, true
+		for ; i <= end; i++ {
+			d := s.rx.desc(cons + i)
+			addr, l := d.Addr, int(d.Len)
+			// The fill ring has room: RX frames are exactly as many as
+			// its slots.
+			*s.fill.addr(fillProd + i) = addr &^ q.frameMask
+			switch {
+			case !ok:
+			case addr+uint64(l) > uint64(len(s.umem)):
+				q.stats.rxInvalid.Add(1)
+				ok = false
+			case length+l > q.rxMax || length+l > cap(f.Buf):
+				q.stats.rxOversize.Add(1)
+				ok = false
+			default:
+				length += copy(f.Buf[length:cap(f.Buf)], s.umem[addr:addr+uint64(l)])
+			}
+		}
+		if !ok {
 			continue
 		}
 		buf := f.Buf[:length:cap(f.Buf)]
-		copy(buf, s.umem[addr:addr+uint64(length)])
 		f.Len = length
 		f.ChecksumValid = false
-		if q.rxVerify {
-			switch checkRX(buf) {
-			case rxChecksumGood:
-				f.ChecksumValid = true
-			case rxChecksumPartial:
-				if q.rxPartial {
-					f.ChecksumValid = true
-					q.stats.rxChecksumPartial.Add(1)
-				} else {
-					q.stats.rxChecksumBad.Add(1)
-				}
-			case rxChecksumBad:
+		switch res, field, complete := checkRX(buf); res {
+		case rxChecksumGood:
+			f.ChecksumValid = q.rxMark
+		case rxChecksumPartial:
+			if !q.rxPartial {
 				q.stats.rxChecksumBad.Add(1)
+				break
 			}
+			q.stats.rxChecksumPartial.Add(1)
+			if q.rxMark {
+				f.ChecksumValid = true
+			} else {
+				binary.BigEndian.PutUint16(buf[field:], complete)
+			}
+		case rxChecksumBad:
+			q.stats.rxChecksumBad.Add(1)
 		}
 		out++
 	}
-	atomic.StoreUint32(s.rx.consumer, cons+n)
-	atomic.StoreUint32(s.fill.producer, fillProd+n)
+	atomic.StoreUint32(s.rx.consumer, cons+i)
+	atomic.StoreUint32(s.fill.producer, fillProd+i)
 	if s.fill.needWakeup() {
 		q.stats.fillWakeups.Add(1)
 		s.wakeFill()
@@ -210,53 +245,67 @@ func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 	s := q.sock
 	q.reclaim()
 	prod := *s.tx.producer // written by us only
-	room := s.tx.mask + 1 - (prod - atomic.LoadUint32(s.tx.consumer))
+	room := q.txRoom(prod)
 	n := 0
 	var err error
 	for ; n < len(frames); n++ {
-		if room == 0 || len(q.free) == 0 {
-			if q.reclaim(); room == 0 || len(q.free) == 0 {
+		f := &frames[n]
+		length := f.Len()
+		descs := (length + q.chunkData - 1) / q.chunkData
+		if err = q.checkFrame(f, length, descs); err != nil {
+			break
+		}
+		if room < descs || len(q.free) < descs {
+			if q.reclaim(); q.txRoom(prod) < descs || len(q.free) < descs {
 				q.stats.txRingFull.Add(uint64(len(frames) - n))
 				break
 			}
+			room = q.txRoom(prod)
 		}
-		f := &frames[n]
-		frame := q.free[len(q.free)-1]
-		data := frame + frameHeadroom
-		buf := s.umem[data : frame+uint64(s.frameSize)]
-		length := 0
+		room -= descs
+		// The frame's UMEM frames, the last free ones, filled in order.
+		pieces := q.pieces[:descs]
+		for k := range pieces {
+			data := q.free[len(q.free)-1-k] + frameHeadroom
+			pieces[k] = s.umem[data : data+uint64(min(q.chunkData, length-k*q.chunkData))]
+		}
+		k, off := 0, 0
 		for _, seg := range f.Segs {
-			if length+len(seg) > len(buf) {
-				err = fmt.Errorf("afxdp: %s: a frame of %d bytes does not fit a UMEM frame (%d bytes)", q.link.info.Name, f.Len(), len(buf))
-				break
+			for len(seg) > 0 {
+				if off == len(pieces[k]) {
+					k, off = k+1, 0
+				}
+				c := copy(pieces[k][off:], seg)
+				off += c
+				seg = seg[c:]
 			}
-			length += copy(buf[length:], seg)
-		}
-		if err == nil {
-			err = q.checkOffload(f, length)
-		}
-		if err != nil {
-			break
 		}
 		var options uint32
 		if f.Offload.NeedsChecksum {
-			start, off := int(f.Offload.ChecksumStart), int(f.Offload.ChecksumOffset)
+			start, offset := int(f.Offload.ChecksumStart), int(f.Offload.ChecksumOffset)
 			if q.txCsum == txChecksumMetadata {
+				// The kernel reads it in front of the first descriptor's data.
+				data := q.free[len(q.free)-1] + frameHeadroom
 				meta := s.umem[data-txMetadataLen : data]
 				clear(meta)
 				binary.NativeEndian.PutUint64(meta, unix.XDP_TXMD_FLAGS_CHECKSUM)
 				binary.NativeEndian.PutUint16(meta[8:], uint16(start))
-				binary.NativeEndian.PutUint16(meta[10:], uint16(off))
+				binary.NativeEndian.PutUint16(meta[10:], uint16(offset))
 				options = unix.XDP_TX_METADATA
 			} else {
-				completeChecksum(buf[:length], start, off)
+				completeChecksum(pieces, start, offset)
 			}
 		}
-		d := s.tx.desc(prod)
-		*d = unix.XDPDesc{Addr: data, Len: uint32(length), Options: options}
-		prod++
-		room--
-		q.free = q.free[:len(q.free)-1]
+		for k := range pieces {
+			d := s.tx.desc(prod)
+			*d = unix.XDPDesc{Addr: q.free[len(q.free)-1] + frameHeadroom, Len: uint32(len(pieces[k])), Options: options}
+			if k < len(pieces)-1 {
+				d.Options |= unix.XDP_PKT_CONTD
+			}
+			options = 0 // metadata goes with the first descriptor only
+			prod++
+			q.free = q.free[:len(q.free)-1]
+		}
 	}
 	if n > 0 {
 		atomic.StoreUint32(s.tx.producer, prod)
@@ -266,15 +315,28 @@ func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 	return n, err
 }
 
-// checkOffload rejects what the link cannot do for frame f of length bytes.
-func (q *queue) checkOffload(f *polarnet.TxFrame, length int) error {
+// txRoom returns the free descriptors of the TX ring after prod.
+func (q *queue) txRoom(prod uint32) int {
+	s := q.sock
+	return int(s.tx.mask + 1 - (prod - atomic.LoadUint32(s.tx.consumer)))
+}
+
+// checkFrame rejects what the link cannot send: frame f of length bytes,
+// which takes descs UMEM frames.
+func (q *queue) checkFrame(f *polarnet.TxFrame, length, descs int) error {
 	o := &f.Offload
 	switch {
 	case length == 0:
 		return fmt.Errorf("afxdp: %s: empty frame", q.link.info.Name)
+	case descs > 1 && !q.multiBuffer:
+		return fmt.Errorf("afxdp: %s: a frame of %d bytes does not fit a UMEM frame (%d bytes)", q.link.info.Name, length, q.chunkData)
+	case descs > maxFrameDescs:
+		return fmt.Errorf("afxdp: %s: a frame of %d bytes takes more than %d UMEM frames", q.link.info.Name, length, maxFrameDescs)
 	case o.GSO != polarnet.GSONone:
 		return fmt.Errorf("afxdp: %s: a frame asks for segmentation: %w", q.link.info.Name, polarnet.ErrNotSupported)
-	case o.NeedsChecksum && (q.txCsum == 0 || int(o.ChecksumStart)+int(o.ChecksumOffset)+2 > length):
+	case o.NeedsChecksum && (q.txCsum == 0 || int(o.ChecksumStart)+int(o.ChecksumOffset)+2 > min(length, q.chunkData)):
+		// The field must lie in the first UMEM frame, where the kernel
+		// looks for it too.
 		return fmt.Errorf("afxdp: %s: bad checksum offload request (start %d, offset %d, frame %d bytes)", q.link.info.Name, o.ChecksumStart, o.ChecksumOffset, length)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 // names the interface, POLARNET_QUEUES and POLARNET_MTU are Config.Queues
 // and Config.MTU, and POLARNET_LINK_OPTIONS takes the Config fields
 // filter=stack|tcp|all, mode=auto|native|generic, zerocopy=auto|off|require,
-// frame=BYTES, ring=N and frames=N.
+// frame=BYTES, ring=N, frames=N and offloads=on|off (off: DisableOffloads).
 //
 // The XDP program needs the stack's addresses, which LinkParams does not
 // carry: the option addrs=A/N;B/N gives them, and without it the link takes
@@ -57,6 +57,10 @@ func configFromParams(p polarnet.LinkParams, getenv func(string) string) (Config
 			cfg.Mode, err = pick(k, v, map[string]Mode{"auto": ModeAuto, "native": ModeNative, "generic": ModeGeneric})
 		case "zerocopy":
 			cfg.ZeroCopy, err = pick(k, v, map[string]ZeroCopy{"auto": ZeroCopyAuto, "off": ZeroCopyOff, "require": ZeroCopyRequire})
+		case "offloads":
+			var on bool
+			on, err = pick(k, v, map[string]bool{"on": true, "off": false})
+			cfg.DisableOffloads = !on
 		case "frame", "ring", "frames":
 			var n int
 			if n, err = strconv.Atoi(v); err != nil || n <= 0 {
@@ -71,7 +75,7 @@ func configFromParams(p polarnet.LinkParams, getenv func(string) string) (Config
 				cfg.Frames = n
 			}
 		default:
-			err = fmt.Errorf("afxdp: unknown option %q (addrs, filter, mode, zerocopy, frame, ring, frames)", k)
+			err = fmt.Errorf("afxdp: unknown option %q (addrs, filter, mode, zerocopy, frame, ring, frames, offloads)", k)
 		}
 		if err != nil {
 			return cfg, err

@@ -52,6 +52,9 @@ type socket struct {
 	zeroCopy  bool
 	txMeta    bool // the UMEM has room for TX metadata (checksum offload)
 	frameSize int
+	// multiBuffer: bound with XDP_USE_SG, so that a frame may span several
+	// UMEM frames, a descriptor each.
+	multiBuffer bool
 }
 
 // socketConfig is what openSocket needs of the link's settings.
@@ -60,6 +63,9 @@ type socketConfig struct {
 	queue    int
 	cfg      *Config
 	noTxMeta bool // do not ask for TX metadata (tests, old kernels)
+	// multiBuffer asks for frames that span several UMEM frames: the
+	// interface's MTU does not fit one.
+	multiBuffer bool
 }
 
 // openSocket creates an AF_XDP socket with its UMEM and rings, gives the
@@ -70,7 +76,7 @@ func openSocket(sc socketConfig) (_ *socket, err error) {
 	if err != nil {
 		return nil, socketError(err)
 	}
-	s := &socket{fd: fd, frameSize: cfg.FrameSize}
+	s := &socket{fd: fd, frameSize: cfg.FrameSize, multiBuffer: sc.multiBuffer}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -191,6 +197,9 @@ func umemError(err error) error {
 // retries a queue the kernel still holds for a socket closed a moment ago.
 func (s *socket) bind(sc socketConfig) error {
 	flags := uint16(unix.XDP_USE_NEED_WAKEUP)
+	if sc.multiBuffer {
+		flags |= unix.XDP_USE_SG
+	}
 	zc := sc.cfg.ZeroCopy
 	if zc == ZeroCopyOff {
 		flags |= unix.XDP_COPY
@@ -221,6 +230,8 @@ func bindError(sc socketConfig, flags uint16, err error) error {
 		return unsupported{fmt.Errorf("%s in zero-copy mode: %w (the driver has no zero-copy support; set ZeroCopy to auto or off)", what, err)}
 	case errors.Is(err, unix.EBUSY):
 		return fmt.Errorf("%s: %w (another AF_XDP socket holds the queue, still after %v)", what, err, max(sc.cfg.BusyTimeout, 0))
+	case errors.Is(err, unix.EINVAL) && flags&unix.XDP_USE_SG != 0:
+		return fmt.Errorf("%s: %w (the interface has fewer queues, or is not up; or the kernel has no multi-buffer AF_XDP, which frames larger than a UMEM frame need: Linux 6.6)", what, err)
 	case errors.Is(err, unix.EINVAL):
 		return fmt.Errorf("%s: %w (the interface has fewer queues, or is not up)", what, err)
 	case errors.Is(err, unix.ENETDOWN):

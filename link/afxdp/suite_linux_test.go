@@ -18,20 +18,26 @@ func TestLinkSuite(t *testing.T) {
 	for _, c := range []struct {
 		mode   Mode
 		queues int
+		mtu    int // 0: 1500; 9000: frames span three UMEM frames
 		hooks  testHooks
 	}{
-		{ModeNative, 1, testHooks{}},
-		{ModeGeneric, 1, testHooks{}},
-		{ModeNative, 2, testHooks{}},
-		{ModeNative, 1, testHooks{netlinkAttach: true}},
+		{ModeNative, 1, 0, testHooks{}},
+		{ModeGeneric, 1, 0, testHooks{}},
+		{ModeNative, 2, 0, testHooks{}},
+		{ModeNative, 1, 0, testHooks{netlinkAttach: true}},
+		{ModeNative, 1, 9000, testHooks{}},
+		{ModeGeneric, 1, 9000, testHooks{}},
 	} {
 		name := fmt.Sprintf("mode=%v,queues=%d", c.mode, c.queues)
+		if c.mtu != 0 {
+			name += fmt.Sprintf(",mtu=%d", c.mtu)
+		}
 		if c.hooks.netlinkAttach {
 			name += ",netlink"
 		}
 		t.Run(name, func(t *testing.T) {
 			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
-				v := newVeth(t, vethOptions{queues: c.queues, noIPv6: true})
+				v := newVeth(t, vethOptions{queues: c.queues, mtu: c.mtu, noIPv6: true})
 				l := openLink(t, Config{Interface: v.local, Filter: FilterAll, Mode: c.mode, Queues: c.queues}, c.hooks)
 				require.Equal(t, c.mode, l.Mode())
 				t.Cleanup(func() {

@@ -147,10 +147,12 @@ func (q *queue) readFrames(fd uintptr) bool {
 }
 
 // WriteBurst writes frames, one writev each, until the kernel refuses one.
-// Frames refused because the device's queue is full (EAGAIN) or its kernel
-// side is down (EIO; moving the device to another namespace takes it down)
-// are reported as not accepted with a nil error, as a NIC drops frames
-// while its link is down; any other refusal is an error.
+// Frames refused because the device's queue is full (EAGAIN) are reported
+// as not accepted with a nil error: the engine tries them again. Any other
+// refusal is an error, among them EIO while the device's kernel side is
+// down (moving the device to another namespace takes it down): no retry
+// would get through, so the engine drops the frames, as a NIC drops frames
+// while its link is down, and TCP retransmits them once it is up.
 func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 	t := &q.tx
 	t.frames, t.n, t.err = frames, 0, nil
@@ -195,8 +197,8 @@ func (q *queue) writeFrames(fd uintptr) bool {
 			break
 		}
 		_, errno := iovecSyscall(unix.SYS_WRITEV, fd, iov)
-		if errno == unix.EAGAIN || errno == unix.EIO {
-			break // the engine drops the rest
+		if errno == unix.EAGAIN {
+			break // the engine keeps the rest for its next flush
 		}
 		if errno != 0 {
 			t.err = q.ioError("writing to", errno)
@@ -283,8 +285,11 @@ func (q *queue) fileError(op string, err error) error {
 // ioError describes a failed read or write.
 func (q *queue) ioError(op string, errno unix.Errno) error {
 	hint := ""
-	if errno == unix.EBADFD {
+	switch errno {
+	case unix.EBADFD:
 		hint = " (the device was deleted)"
+	case unix.EIO:
+		hint = " (the device is down)"
 	}
 	return fmt.Errorf("tap: %s %s: %w%s", op, q.link.info.Name, errno, hint)
 }

@@ -289,10 +289,11 @@ func TestCloseDuringBursts(t *testing.T) {
 	wg.Go(func() {
 		frame := []polarnet.TxFrame{{Segs: [][]byte{make([]byte, 60)}}}
 		for {
-			if _, err := q.WriteBurst(frame); err != nil {
-				assert.ErrorIs(t, err, polarnet.ErrLinkClosed)
+			_, err := q.WriteBurst(frame)
+			if errors.Is(err, polarnet.ErrLinkClosed) {
 				return
 			}
+			assert.ErrorIs(t, err, unix.EIO, "the device was never set up")
 			q.Interrupt()
 		}
 	})
@@ -385,6 +386,18 @@ func TestNotPermitted(t *testing.T) {
 	err := <-errc
 	assert.ErrorIs(t, err, unix.EPERM)
 	assert.Regexp(t, `^tap: creating pntap\w+: operation not permitted \(need root or CAP_NET_ADMIN\)$`, err.Error())
+}
+
+// TestWriteWhileDown writes to a device whose kernel side is down: the
+// frame is refused with an error that says so, not left for a retry that
+// could not succeed.
+func TestWriteWhileDown(t *testing.T) {
+	testenv.RequirePriv(t)
+	l := openTAP(t, Config{}) // a new device is down until set up
+	n, err := l.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})
+	assert.Zero(t, n)
+	assert.ErrorIs(t, err, unix.EIO)
+	assert.ErrorContains(t, err, "(the device is down)")
 }
 
 // TestDeviceDeleted deletes the device under an open link.

@@ -1,0 +1,118 @@
+package polarnet
+
+import (
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
+)
+
+// Receive coalescing. gVisor's TCP costs about the same per segment
+// whatever its size, and acknowledges every segment it processes. A peer
+// whose MTU is below its message size sends a message as several segments
+// that arrive back to back, usually in one RX burst: gVisor's stack/gro
+// merges the in-order segments of a flow (same ACK number, flags and
+// options, contiguous sequence numbers, all but the last of one size) into
+// one packet, which TCP then processes and acknowledges once. The poller
+// feeds it each burst and flushes it at the burst's end, so no packet waits
+// for a later burst or for a sleeping poller.
+
+// rxGRO is a shard's receive coalescer; only its poller uses it.
+type rxGRO struct {
+	gro          gro.GRO
+	ep           *nicEndpoint
+	noDispatcher *atomic.Uint64
+}
+
+var _ stack.NetworkDispatcher = (*rxGRO)(nil)
+
+func newRxGRO(ep *nicEndpoint, noDispatcher *atomic.Uint64) *rxGRO {
+	g := &rxGRO{ep: ep, noDispatcher: noDispatcher}
+	g.gro.Init(true)
+	g.gro.Dispatcher = g
+	return g
+}
+
+// enqueue takes a received packet whose Ethernet header is consumed and
+// whose checksums the link or the poller verified. The caller keeps its
+// reference; GRO takes one of its own for a packet it holds.
+func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if !coalescible(proto, pkt) {
+		// Everything held goes first, so that packets GRO does not
+		// merge keep their place: a pure ACK after a flow's data,
+		// above all, which GRO would merge into the held segment,
+		// keeping that one's window and losing a window update.
+		g.gro.Flush()
+		g.DeliverNetworkPacket(proto, pkt)
+		return
+	}
+	pkt.NetworkProtocolNumber = proto
+	// GRO skips its own checksum and length checks on validated packets;
+	// the NIC marks every packet validated anyway.
+	pkt.RXChecksumValidated = true
+	g.gro.Enqueue(pkt)
+}
+
+// flush delivers every packet GRO holds.
+func (g *rxGRO) flush() { g.gro.Flush() }
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher: GRO's output
+// goes to the NIC.
+func (g *rxGRO) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if !g.ep.deliver(proto, pkt) {
+		g.noDispatcher.Add(1)
+	}
+}
+
+// DeliverLinkPacket implements stack.NetworkDispatcher.
+func (g *rxGRO) DeliverLinkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if d := g.ep.dispatcher.Load(); d != nil {
+		(*d).DeliverLinkPacket(proto, pkt)
+	}
+}
+
+// coalescible reports whether pkt is a well-formed TCP segment with payload
+// in IPv4 without options or fragmentation, or in IPv6 without extension
+// headers: what may be merged. It cuts off what follows the IP packet
+// (Ethernet pads short frames), since GRO takes everything after the
+// headers for payload and would merge padding into the stream; gVisor's
+// IP layer trims it only later, too late for a merged packet.
+func coalescible(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) bool {
+	size := pkt.Data().Size()
+	var ipLen, total int
+	var h []byte
+	switch proto {
+	case header.IPv4ProtocolNumber:
+		var ok bool
+		if h, ok = pkt.Data().PullUp(header.IPv4MinimumSize + header.TCPMinimumSize); !ok {
+			return false
+		}
+		ip := header.IPv4(h)
+		if !ip.IsValid(size) || ip.HeaderLength() != header.IPv4MinimumSize || ip.Protocol() != uint8(header.TCPProtocolNumber) ||
+			ip.More() || ip.FragmentOffset() != 0 {
+			return false
+		}
+		ipLen, total = header.IPv4MinimumSize, int(ip.TotalLength())
+	case header.IPv6ProtocolNumber:
+		var ok bool
+		if h, ok = pkt.Data().PullUp(header.IPv6MinimumSize + header.TCPMinimumSize); !ok {
+			return false
+		}
+		ip := header.IPv6(h)
+		if !ip.IsValid(size) || ip.NextHeader() != uint8(header.TCPProtocolNumber) {
+			return false
+		}
+		ipLen, total = header.IPv6MinimumSize, header.IPv6MinimumSize+int(ip.PayloadLength())
+	default:
+		return false
+	}
+	if off := int(header.TCP(h[ipLen:]).DataOffset()); off < header.TCPMinimumSize || total-ipLen <= off {
+		return false // malformed, or no payload
+	}
+	if total < size {
+		pkt.Data().CapLength(total)
+	}
+	return true
+}
