@@ -95,13 +95,6 @@ func completeFragmentedUDP(pkts []*stack.PacketBuffer) {
 	}
 }
 
-// fragmentPending reports whether pkt is a fragment that more fragments of
-// its datagram follow.
-func fragmentPending(pkt *stack.PacketBuffer) bool {
-	f, ok := fragmentOf(pkt)
-	return ok && f.more
-}
-
 // setDataBytes overwrites bytes at off in pkt's payload, in place (they may
 // straddle two views).
 func setDataBytes(pkt *stack.PacketBuffer, off int, bytes ...byte) {

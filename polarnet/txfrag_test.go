@@ -92,8 +92,8 @@ func TestFragmentedUDPChecksumCompleted(t *testing.T) {
 				}
 			}()
 			require.Len(t, pkts, 3)
-			assert.True(t, fragmentPending(pkts[0]))
-			assert.False(t, fragmentPending(pkts[2]), "the last fragment")
+			assert.True(t, moreFragments(pkts[0]))
+			assert.False(t, moreFragments(pkts[2]), "the last fragment")
 
 			completeFragmentedUDP(pkts)
 			dgram := reassemble(pkts)
@@ -117,4 +117,9 @@ func TestFragmentedUDPIncompleteLeftAlone(t *testing.T) {
 	// Without its last fragment the sum cannot be known: no guess.
 	completeFragmentedUDP(pkts[:2])
 	assert.Zero(t, header.UDP(reassemble(pkts)).Checksum())
+}
+
+func moreFragments(pkt *stack.PacketBuffer) bool {
+	f, ok := fragmentOf(pkt)
+	return ok && f.more
 }

@@ -49,6 +49,9 @@ type txQueue struct {
 	// come.
 	fragmenting      bool
 	fragmentingSince time.Time
+	// pendingFragments is set when a fragment is queued, so a flush parses
+	// the batch for fragmented datagrams only when there is one.
+	pendingFragments bool
 	// sent maps frames to pending packets; unsent marks the packets a full
 	// ring refused, kept for the next flush.
 	sent   []int
@@ -95,11 +98,13 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	q.pending = append(q.pending, pkt.IncRef())
 	q.heldAt = append(q.heldAt, time.Time{})
 	if q.linkCaps&CapTXChecksum != 0 {
-		more := fragmentPending(pkt)
+		f, isFragment := fragmentOf(pkt)
+		more := isFragment && f.more
 		if more && !q.fragmenting {
 			q.fragmentingSince = time.Now()
 		}
 		q.fragmenting = more
+		q.pendingFragments = q.pendingFragments || isFragment
 	}
 	if !q.fragmenting && (len(q.pending) >= txBatchSize || !q.pollerAwake.Load()) {
 		q.flushLocked()
@@ -146,8 +151,9 @@ func (q *txQueue) flushLocked() {
 	clear(drop)
 	clear(hold)
 	clear(unsent)
-	if q.linkCaps&CapTXChecksum != 0 {
+	if q.pendingFragments {
 		completeFragmentedUDP(q.pending)
+		q.pendingFragments = false
 	}
 	if q.filter {
 		for i, pkt := range q.pending {
