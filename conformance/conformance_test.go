@@ -47,8 +47,3 @@ var knownShardedFailures = map[string]string{
 }
 
 const shardedBacklog = "by design: each shard's listener has an equal share of the accept queue (backlog+1 split over N shards, rounded up), so how many connections queue depends on how the flows spread over shards (here 2 to 4, not 3)"
-
-// knownCrashes lists the runs that crash the engine (a panic in one of its
-// goroutines kills the test binary, matrix and all). They are not run,
-// unless -strict, and show in the matrix as known failures with the reason.
-var knownCrashes = map[string]string{}
