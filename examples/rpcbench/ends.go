@@ -36,6 +36,9 @@ type snap struct {
 	// Drops counts frames the end's link had no room for (TX ring full);
 	// -1 for kernel ends.
 	Drops int64 `json:"link_drops"`
+	// TxFrames counts frames a polarnet end's stack handed its link (a
+	// TSO/GSO frame once); -1 for other ends.
+	TxFrames int64 `json:"tx_frames"`
 	// Errors counts server connections that failed verification, and
 	// LastErr says how the last one failed.
 	Errors  int64  `json:"errors"`
@@ -68,6 +71,7 @@ type netEnd struct {
 	dialer  func(addr string) (dialFunc, error)
 	retrans func() int64
 	drops   func() int64 // nil: not known (kernel)
+	frames  func() int64 // TX frames; nil: not known (kernel, vanilla)
 	dev     string       // a TAP device the end created, for the orchestrator to plug
 	close   func() error
 }
@@ -148,6 +152,7 @@ func stackNet(st *polarnet.Stack) *netEnd {
 		},
 		retrans: func() int64 { return stackRetrans(st) },
 		drops:   func() int64 { return int64(st.Stats().Total.TxRingFull) },
+		frames:  func() int64 { return int64(st.Stats().Total.TxFrames) },
 		close:   st.Close,
 	}
 }
@@ -178,7 +183,8 @@ func vanillaNet(v *vanillaStack) *netEnd {
 // tapNet creates a TAP device in this process's namespace (the host's) with
 // a polarnet stack on it at taptopo.Stack4; the orchestrator moves the
 // device's kernel side into the peer's namespace (taptopo.PlugKernelSide).
-func tapNet(mtu int, poll polarnet.PollMode) (*netEnd, error) {
+// ackOff turns the stack's ACK filter off.
+func tapNet(mtu int, poll polarnet.PollMode, ackOff bool) (*netEnd, error) {
 	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnb"), MTU: mtu})
 	if err != nil {
 		return nil, err
@@ -188,6 +194,7 @@ func tapNet(mtu int, poll polarnet.PollMode) (*netEnd, error) {
 		Link:  link,
 		Addrs: []netip.Prefix{netip.PrefixFrom(taptopo.Stack4, 24)},
 		Poll:  poll,
+		ACK:   polarnet.ACKConfig{DisableFilter: ackOff},
 	})
 	if err != nil {
 		return nil, err
@@ -199,9 +206,12 @@ func tapNet(mtu int, poll polarnet.PollMode) (*netEnd, error) {
 
 // snap reads this process's CPU time and the end's counters.
 func (ne *netEnd) snap() snap {
-	s := snap{CPU: selfCPU(), Retrans: ne.retrans(), Drops: -1}
+	s := snap{CPU: selfCPU(), Retrans: ne.retrans(), Drops: -1, TxFrames: -1}
 	if ne.drops != nil {
 		s.Drops = ne.drops()
+	}
+	if ne.frames != nil {
+		s.TxFrames = ne.frames()
 	}
 	return s
 }

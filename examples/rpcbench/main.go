@@ -93,7 +93,8 @@ func printModes(w io.Writer) {
 		fmt.Fprintf(w, "%-13s %-9s %-9s %-33s %s\n", m.name, m.client, m.server, m.link, root)
 	}
 	fmt.Fprintln(w, "\noptions: MODE:mtu=N (link MTU), MODE:poll=adaptive|busy|blocking (polarnet ends),")
-	fmt.Fprintln(w, "         MODE:ring=N (pipe frames per direction, default 1024), MODE:pin (both ends on one CPU, GOMAXPROCS=1)")
+	fmt.Fprintln(w, "         MODE:ring=N (pipe frames per direction, default 1024), MODE:pin (both ends on one CPU, GOMAXPROCS=1),")
+	fmt.Fprintln(w, "         MODE:ack=off (polarnet ends' ACK filter off), MODE:procs=N (GOMAXPROCS of polarnet ends' processes)")
 }
 
 // addOpts registers the flags every measuring command shares.
@@ -266,6 +267,10 @@ func printResult(w io.Writer, r *result, t testSpec) {
 		fmt.Fprintf(w, "  CPU µs/op    client %s  server %s  total %s  (machine-wide %s)\n",
 			fmtFloat(r.perOp(r.CPUClient), 1), fmtFloat(r.perOp(r.CPUServer), 1), fmtFloat(r.perOp(r.CPUTotal), 1), fmtFloat(r.perOp(r.CPUSystem), 1))
 	}
+	if r.Lat != nil && (r.SegsClient >= 0 || r.SegsServer >= 0) {
+		c, s, total := r.segsPerOp()
+		fmt.Fprintf(w, "  segments/op  client %s  server %s  total %s  (frames polarnet ends sent)\n", fmtFloat(c, 2), fmtFloat(s, 2), fmtFloat(total, 2))
+	}
 	fmt.Fprintf(w, "  retransmits  client %s  server %s   link drops (TX ring full) client %s  server %s\n",
 		fmtCount(r.RetransClient), fmtCount(r.RetransServer), fmtCount(r.DropsClient), fmtCount(r.DropsServer))
 	if r.CPUSystem < 0 {
@@ -351,6 +356,8 @@ type endFlags struct {
 	control bool
 	mtu     int
 	poll    string
+	ack     string
+	procs   int
 	pin     int
 }
 
@@ -360,12 +367,19 @@ func addEndFlags(fs *flag.FlagSet) *endFlags {
 	fs.BoolVar(&e.control, "control", false, "internal: driven by an orchestrating rpcbench over stdin/stdout")
 	fs.IntVar(&e.mtu, "mtu", 1500, "internal: MTU of a TAP device created with -net polarnet-tap")
 	fs.StringVar(&e.poll, "poll", "adaptive", "internal: poll mode of a -net polarnet-tap stack")
+	fs.StringVar(&e.ack, "ack", "on", "internal: off turns the ACK filter of a -net polarnet-tap stack off")
+	fs.IntVar(&e.procs, "procs", 0, "GOMAXPROCS of a polarnet end (0: Go's default; -pin makes it 1)")
 	fs.IntVar(&e.pin, "pin", -1, "run on this CPU only, with GOMAXPROCS=1")
 	return e
 }
 
 // open pins the process if asked and opens the end's network.
 func (e *endFlags) open(retrans bool) (*netEnd, error) {
+	if e.net != netKernel {
+		if err := e.setProcs(); err != nil {
+			return nil, err
+		}
+	}
 	if e.pin >= 0 {
 		if _, err := pinSelf(e.pin); err != nil {
 			return nil, err
@@ -381,9 +395,25 @@ func (e *endFlags) open(retrans bool) (*netEnd, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tapNet(e.mtu, poll)
+		return tapNet(e.mtu, poll, e.ack == "off")
 	}
 	return nil, fmt.Errorf("-net %q: want kernel or polarnet", e.net)
+}
+
+// setProcs applies -procs (before any stack exists: gVisor sizes its TCP
+// processors by GOMAXPROCS) and checks -ack.
+func (e *endFlags) setProcs() error {
+	switch {
+	case e.ack != "on" && e.ack != "off":
+		return fmt.Errorf("-ack %q: want on or off", e.ack)
+	case e.ack == "off" && e.net == netPolarnet:
+		return errors.New("-ack off: the POLARNET_* environment has no setting for the ACK filter")
+	case e.procs < 0:
+		return fmt.Errorf("-procs %d: want 0 or more", e.procs)
+	case e.procs > 0:
+		runtime.GOMAXPROCS(e.procs)
+	}
+	return nil
 }
 
 func cmdServer(args []string, stdout, stderr io.Writer) error {
@@ -480,12 +510,15 @@ func cmdPair(args []string, stdout, stderr io.Writer) error {
 	if !ef.control {
 		return errors.New("pair: only for an orchestrating rpcbench (-control)")
 	}
+	if err := ef.setProcs(); err != nil {
+		return err
+	}
 	if ef.pin >= 0 {
 		if _, err := pinSelf(ef.pin); err != nil {
 			return err
 		}
 	}
-	p, err := openPipePair(*mode, ef.mtu, *ring, poll, t)
+	p, err := openPipePair(*mode, ef.mtu, *ring, poll, ef.ack == "off", t)
 	if err != nil {
 		return err
 	}
@@ -556,7 +589,8 @@ func standaloneClient(ctx context.Context, cli *localClient, addr string, t test
 	res := result{Mode: "client → " + addr, Case: t.String(), loadResult: lr,
 		CPUClient: b.CPU - a.CPU, CPUServer: -1, CPUTotal: -1, CPUSystem: -1,
 		RetransClient: delta(a.Retrans, b.Retrans), RetransServer: -1,
-		DropsClient: delta(a.Drops, b.Drops), DropsServer: -1, Quiet: true}
+		DropsClient: delta(a.Drops, b.Drops), DropsServer: -1,
+		SegsClient: delta(a.TxFrames, b.TxFrames), SegsServer: -1, Quiet: true}
 	printResult(w, &res, t)
 	return nil
 }

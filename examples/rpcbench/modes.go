@@ -41,12 +41,15 @@ var modes = map[string]*modeDef{
 	"k2k-loopback": {name: "k2k-loopback", client: "kernel", server: "kernel", link: "loopback", setup: setupLoopback},
 	"p2k-tap":      {name: "p2k-tap", client: "polarnet", server: "kernel", link: "TAP, kernel side in a namespace", priv: true, setup: setupP2K},
 	"k2p-tap":      {name: "k2p-tap", client: "kernel", server: "polarnet", link: "TAP, kernel side in a namespace", priv: true, setup: setupK2P},
+	"p2k-afxdp":    {name: "p2k-afxdp", client: "polarnet", server: "kernel", link: "AF_XDP, veth between namespaces", priv: true, setup: setupP2KAFXDP},
+	"k2p-afxdp":    {name: "k2p-afxdp", client: "kernel", server: "polarnet", link: "AF_XDP, veth between namespaces", priv: true, setup: setupK2PAFXDP},
 	"p2p-pipe":     {name: "p2p-pipe", client: "polarnet", server: "polarnet", link: "in-memory pipe (linktest.Pipe)", shared: true, setup: setupPipe},
 	"vanilla-pipe": {name: "vanilla-pipe", client: "vanilla", server: "vanilla", link: "in-memory pipe, gonet, MTU 1500", shared: true, setup: setupPipe},
+	"p2p-memif":    {name: "p2p-memif", client: "polarnet", server: "polarnet", link: "DPDK net_memif, two processes", priv: true, setup: setupMemif}, // -tags dpdk: listed by dpdk.go
 }
 
 // modeOrder is the order modes are listed and run in.
-var modeOrder = []string{"k2k-veth", "k2k-loopback", "p2k-tap", "k2p-tap", "p2p-pipe", "vanilla-pipe"}
+var modeOrder = []string{"k2k-veth", "k2k-loopback", "p2k-tap", "k2p-tap", "p2k-afxdp", "k2p-afxdp", "p2p-pipe", "vanilla-pipe"}
 
 func modeNames() []string { return slices.Clone(modeOrder) }
 
@@ -73,6 +76,12 @@ type runCfg struct {
 func (r *runCfg) childArgs(role string, what ...string) []string {
 	args := append([]string{role, "-control"}, what...)
 	args = append(args, "-mtu", strconv.Itoa(r.mode.MTU), "-poll", r.mode.Poll)
+	if r.mode.ACKOff {
+		args = append(args, "-ack", "off")
+	}
+	if r.mode.Procs > 0 {
+		args = append(args, "-procs", strconv.Itoa(r.mode.Procs))
+	}
 	if r.mode.Pin {
 		args = append(args, "-pin", strconv.Itoa(r.pinCPU))
 	}
@@ -230,10 +239,10 @@ type pipePair struct {
 }
 
 // openPipePair builds mode's two stacks joined by a pipe, a server on one
-// and a client for test on the other.
-func openPipePair(mode string, mtu, ring int, poll polarnet.PollMode, test testSpec) (*pipePair, error) {
+// and a client for test on the other; ackOff turns polarnet's ACK filter off.
+func openPipePair(mode string, mtu, ring int, poll polarnet.PollMode, ackOff bool, test testSpec) (*pipePair, error) {
 	open := func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
-		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{addr}, Poll: poll})
+		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{addr}, Poll: poll, ACK: polarnet.ACKConfig{DisableFilter: ackOff}})
 		if err != nil {
 			return nil, err
 		}

@@ -287,6 +287,7 @@ func (c *comparison) markdown(w io.Writer) {
 		c.repeat, o.duration, o.warmup, o.quiet*100, o.quietWait, o.noise, o.retries, o.mtu, o.poll, o.pinCPU)
 	fmt.Fprintf(w, "CPU is user+system time of each end's process per operation (per GB for streams); total is both ends; "+
 		"machine is all busy CPU time on the host over the window (both ends, kernel threads, anything else; pinned rows: on their CPU). "+
+		"segs/op: frames polarnet ends handed their link per operation, both ends (a TSO/GSO frame counts once; one end's where the other is not polarnet); "+
 		"retx: TCP segments retransmitted, client/server, most in any run (– where not attributable); "+
 		"drops: frames a polarnet or vanilla end's link had no room for (TX ring full), client/server, most in any run (– for kernel ends). "+
 		"Ratios (×) are medians against %s on the same case.\n", c.ref)
@@ -312,7 +313,7 @@ func (c *comparison) caseTable(w io.Writer, t testSpec) {
 	if stream {
 		fmt.Fprintf(w, "| mode | %s | × | CPU s/GB client | server | total | × | machine | retx | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
 	} else {
-		fmt.Fprintf(w, "| mode | %s | × | p50 µs | p99 µs | p99.9 µs | CPU µs/op client | server | total | × | machine | retx | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
+		fmt.Fprintf(w, "| mode | %s | × | p50 µs | p99 µs | p99.9 µs | CPU µs/op client | server | total | × | machine | segs/op | retx | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
 	}
 	prec := 1
 	if stream {
@@ -339,12 +340,35 @@ func (c *comparison) caseTable(w io.Writer, t testSpec) {
 		rc, rs := r.most(func(x *result) (int64, int64) { return x.RetransClient, x.RetransServer })
 		dc, ds := r.most(func(x *result) (int64, int64) { return x.DropsClient, x.DropsServer })
 		cells = append(cells, fmtMed(r.cpu(cpuClient), prec), fmtMed(r.cpu(cpuServer), prec), fmtStatPrec(total, prec), cpuX,
-			fmtMed(r.cpu(cpuSystem), prec), fmtCount(rc)+"/"+fmtCount(rs), fmtCount(dc)+"/"+fmtCount(ds), r.runs())
+			fmtMed(r.cpu(cpuSystem), prec))
+		if !stream {
+			cells = append(cells, r.segsCell())
+		}
+		cells = append(cells, fmtCount(rc)+"/"+fmtCount(rs), fmtCount(dc)+"/"+fmtCount(ds), r.runs())
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 	if t.Test != testStream {
 		fmt.Fprintf(w, "\n![latency by percentile](%s)\n", chartFile(t))
 	}
+}
+
+// segsCell is the median of the frames polarnet ends sent per operation:
+// both ends' sum, or the one polarnet end's, marked.
+func (r *row) segsCell() string {
+	seg := func(pick func(c, s, t float64) float64) stat {
+		return r.metric(func(x *result) float64 { return pick(x.segsPerOp()) })
+	}
+	c := seg(func(c, _, _ float64) float64 { return c })
+	s := seg(func(_, s, _ float64) float64 { return s })
+	switch {
+	case !math.IsNaN(c.med) && !math.IsNaN(s.med):
+		return fmtFloat(seg(func(_, _, t float64) float64 { return t }).med, 2)
+	case !math.IsNaN(c.med):
+		return fmtFloat(c.med, 2) + " (client)"
+	case !math.IsNaN(s.med):
+		return fmtFloat(s.med, 2) + " (server)"
+	}
+	return "–"
 }
 
 // runs says how many runs a row has and how many attempts were disturbed.

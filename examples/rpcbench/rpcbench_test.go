@@ -282,10 +282,49 @@ func TestParse(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, modeSpec{Name: "p2p-pipe", MTU: 65535, Poll: "busy", Pin: true}, m)
 	assert.Equal(t, "p2p-pipe:mtu=65535:poll=busy:pin", m.String())
-	for _, bad := range []string{"p2q", "p2p-pipe:mtu=9", "k2k-veth:poll=fast", "k2k-veth:x"} {
+	m, err = parseMode("p2k-tap:procs=4:ack=off")
+	require.NoError(t, err)
+	assert.Equal(t, modeSpec{Name: "p2k-tap", ACKOff: true, Procs: 4}, m)
+	assert.Equal(t, "p2k-tap:ack=off:procs=4", m.String())
+	again, err := parseMode(m.String())
+	require.NoError(t, err)
+	assert.Equal(t, m, again)
+	m, err = parseMode("p2p-pipe:ack=on")
+	require.NoError(t, err)
+	assert.Equal(t, modeSpec{Name: "p2p-pipe"}, m)
+	for _, bad := range []string{"p2q", "p2p-pipe:mtu=9", "k2k-veth:poll=fast", "k2k-veth:x",
+		"p2p-pipe:ack=no", "p2p-pipe:procs=0", "p2p-pipe:procs=x", "k2k-veth:ack=off", "vanilla-pipe:procs=2"} {
 		_, err := parseMode(bad)
 		assert.Error(t, err, bad)
 	}
+}
+
+// TestModeOptions runs the pipe mode with the ACK filter off and one
+// processor, and checks that segments per operation are reported for both
+// polarnet ends, and for neither of two kernel ends.
+func TestModeOptions(t *testing.T) {
+	o := smokeOpts(t)
+	tc, err := parseTest("rr/4k-write/c1/d1")
+	require.NoError(t, err)
+	for _, m := range []modeSpec{{Name: "p2p-pipe"}, {Name: "p2p-pipe", ACKOff: true, Procs: 1}} {
+		res, err := runOnce(t.Context(), o, m, tc)
+		require.NoError(t, err, m.String())
+		checkResult(t, &res, tc, true)
+		assert.Positive(t, res.SegsClient, "client frames")
+		assert.Positive(t, res.SegsServer, "server frames")
+		c, s, total := res.segsPerOp()
+		assert.InDelta(t, c+s, total, 1e-9)
+		var out bytes.Buffer
+		printResult(&out, &res, tc)
+		assert.Contains(t, out.String(), "segments/op")
+	}
+	res, err := runOnce(t.Context(), o, modeSpec{Name: "k2k-loopback"}, tc)
+	require.NoError(t, err)
+	assert.Equal(t, int64(-1), res.SegsClient)
+	assert.Equal(t, int64(-1), res.SegsServer)
+	var out bytes.Buffer
+	printResult(&out, &res, tc)
+	assert.NotContains(t, out.String(), "segments/op")
 }
 
 // TestCompare runs the compare command end to end on the modes that need
@@ -301,7 +340,7 @@ func TestCompare(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(stdout.String(), string(md)), "prints the Markdown it writes")
-	for _, want := range []string{"| p2p-pipe |", "| vanilla-pipe |", "| p2p-pipe:mtu=65535 |", "## Ratios against vanilla-pipe", "| rr/4k-write/c1/d1 | p2p-pipe |", "Gbit/s", "latency-rr-4k-write-c1-d1.svg"} {
+	for _, want := range []string{"| p2p-pipe |", "| vanilla-pipe |", "| p2p-pipe:mtu=65535 |", "| segs/op |", "## Ratios against vanilla-pipe", "| rr/4k-write/c1/d1 | p2p-pipe |", "Gbit/s", "latency-rr-4k-write-c1-d1.svg"} {
 		assert.Contains(t, string(md), want)
 	}
 	assert.NotContains(t, string(md), "Failed rows")

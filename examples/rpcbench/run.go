@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"sync"
@@ -47,6 +48,10 @@ type result struct {
 	// link had no room for (-1: a kernel end).
 	DropsClient int64 `json:"link_drops_client"`
 	DropsServer int64 `json:"link_drops_server"`
+	// SegsClient and SegsServer count frames a polarnet end's stack
+	// handed its link over the window (-1: not a polarnet end).
+	SegsClient int64 `json:"tx_frames_client"`
+	SegsServer int64 `json:"tx_frames_server"`
 	// Others is the CPU (in CPUs) used by other processes during the
 	// window, Steal the CPU the hypervisor took; IdleBefore the idle
 	// fraction seen just before the run (-1: not looked), Quiet whether
@@ -76,6 +81,19 @@ func (r *result) perOp(d time.Duration) float64 {
 		return float64(d.Nanoseconds()) / 1e3 / float64(r.Ops)
 	}
 	return nan
+}
+
+// segsPerOp returns the frames each polarnet end sent per operation, and
+// their sum when both ends are polarnet; NaN where not known.
+func (r *result) segsPerOp() (client, server, total float64) {
+	per := func(n int64) float64 {
+		if n < 0 || r.Ops == 0 {
+			return nan
+		}
+		return float64(n) / float64(r.Ops)
+	}
+	client, server = per(r.SegsClient), per(r.SegsServer)
+	return client, server, client + server
 }
 
 // runOnce sets up a mode, runs one measurement and tears everything down.
@@ -186,6 +204,8 @@ func (r *result) account(def *modeDef, a, b marks, noise float64) {
 	r.RetransServer = delta(a.server.Retrans, b.server.Retrans)
 	r.DropsClient = delta(a.client.Drops, b.client.Drops)
 	r.DropsServer = delta(a.server.Drops, b.server.Drops)
+	r.SegsClient = delta(a.client.TxFrames, b.client.TxFrames)
+	r.SegsServer = delta(a.server.TxFrames, b.server.TxFrames)
 	machine := b.machine.sub(a.machine)
 	r.CPUSystem = machine.busy
 	secs := max(r.Elapsed.Seconds(), 1e-9)
@@ -232,6 +252,9 @@ func (r *result) line() string {
 		s += fmt.Sprintf("%7.2f Gbit/s  %6.2f CPU-s/GB", r.gbps(), r.perOp(r.CPUTotal))
 	} else {
 		s += fmt.Sprintf("%9.0f ops/s  p50 %s p99 %s  %6.1f CPU-µs/op", r.opsPerSec(), fmtDur(r.Lat.quantile(0.5)), fmtDur(r.Lat.quantile(0.99)), r.perOp(r.CPUTotal))
+		if _, _, segs := r.segsPerOp(); !math.IsNaN(segs) {
+			s += fmt.Sprintf("  %.2f segs/op", segs)
+		}
 	}
 	s += fmt.Sprintf("  retx %s/%s  others %.2f CPU", fmtCount(r.RetransClient), fmtCount(r.RetransServer), r.Others)
 	if !r.Quiet {

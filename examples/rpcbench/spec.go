@@ -135,14 +135,20 @@ func plural(n int, what string) string {
 }
 
 // modeSpec is a mode with its options, written
-// MODE[:mtu=N][:poll=P][:ring=N][:pin], e.g. p2p-pipe:mtu=65535 or
-// k2k-veth:pin.
+// MODE[:mtu=N][:poll=P][:ring=N][:ack=off][:procs=N][:pin], e.g.
+// p2p-pipe:mtu=65535 or k2k-veth:pin.
 type modeSpec struct {
 	Name string `json:"name"`
 	MTU  int    `json:"mtu,omitempty"`  // 0: the -mtu flag
 	Poll string `json:"poll,omitempty"` // "": the -poll flag
 	Ring int    `json:"ring,omitempty"` // pipe ring size in frames; 0: linktest's default (1024)
-	Pin  bool   `json:"pin,omitempty"`
+	// ACKOff turns the polarnet ends' ACK filter off
+	// (Config.ACK.DisableFilter).
+	ACKOff bool `json:"ack_off,omitempty"`
+	// Procs is GOMAXPROCS of the processes of polarnet ends; 0: Go's
+	// default (the CPUs). Pinned rows run with 1 whatever it says.
+	Procs int  `json:"procs,omitempty"`
+	Pin   bool `json:"pin,omitempty"`
 }
 
 func parseMode(s string) (modeSpec, error) {
@@ -173,9 +179,23 @@ func parseMode(s string) (modeSpec, error) {
 				return m, fmt.Errorf("mode %q: %w", s, err)
 			}
 			m.Poll = v
+		case "ack":
+			if v != "on" && v != "off" {
+				return m, fmt.Errorf("mode %q: ack must be on or off", s)
+			}
+			m.ACKOff = v == "off"
+		case "procs":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1024 {
+				return m, fmt.Errorf("mode %q: procs must be 1..1024", s)
+			}
+			m.Procs = n
 		default:
-			return m, fmt.Errorf("mode %q: unknown option %q (mtu=N, poll=P, ring=N, pin)", s, p)
+			return m, fmt.Errorf("mode %q: unknown option %q (mtu=N, poll=P, ring=N, ack=off, procs=N, pin)", s, p)
 		}
+	}
+	if def := modes[m.Name]; (m.ACKOff || m.Procs > 0) && def.client != "polarnet" && def.server != "polarnet" {
+		return m, fmt.Errorf("mode %q: ack and procs apply to polarnet ends; %s has none", s, m.Name)
 	}
 	return m, nil
 }
@@ -190,6 +210,12 @@ func (m modeSpec) String() string {
 	}
 	if m.Ring != 0 {
 		s += fmt.Sprintf(":ring=%d", m.Ring)
+	}
+	if m.ACKOff {
+		s += ":ack=off"
+	}
+	if m.Procs != 0 {
+		s += fmt.Sprintf(":procs=%d", m.Procs)
 	}
 	if m.Pin {
 		s += ":pin"
