@@ -288,6 +288,30 @@ func (l *Link) Stats() []QueueStats {
 	return out
 }
 
+var _ polarnet.LinkStatser = (*Link)(nil)
+
+// LinkStats implements polarnet.LinkStatser with each queue's Stats in the
+// engine's terms: the kernel's RX ring full and fill ring empty are
+// RxRingFull and RxNoBuffers; frames dropped for their size or an invalid
+// descriptor (the link's or the kernel's count) are RxBadFrame; TX
+// descriptors the kernel found invalid are TxDropped. Bytes and the UMEM
+// (which the fill ring, not a pool, hands out) are not counted.
+func (l *Link) LinkStats() []polarnet.QueueStats {
+	out := make([]polarnet.QueueStats, len(l.queues))
+	for i, st := range l.Stats() {
+		out[i] = polarnet.QueueStats{
+			Queue:       i,
+			RxFrames:    st.RxFrames,
+			TxFrames:    st.TxFrames,
+			RxRingFull:  st.KernelRxRingFull,
+			RxNoBuffers: st.KernelFillEmpty,
+			RxBadFrame:  st.RxOversize + st.RxInvalid + st.KernelRxDropped + st.KernelRxInvalid,
+			TxDropped:   st.KernelTxInvalid,
+		}
+	}
+	return out
+}
+
 // String describes how the link runs, e.g. "veth0: native, copy, 1 queue,
 // TX checksum metadata".
 func (l *Link) String() string {

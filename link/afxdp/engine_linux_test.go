@@ -158,6 +158,11 @@ func TestTransfers(t *testing.T) {
 				partial += qs.RxChecksumPartial
 			}
 			t.Logf("frames with partial checksums: %d of %d", partial, st.RxFrames)
+			linkStats := tp.stack.Stats().Link
+			require.Len(t, linkStats, len(tp.link.Stats()), "the stack reports the link's counters")
+			assert.Positive(t, linkStats[0].RxFrames)
+			assert.Positive(t, linkStats[0].TxFrames)
+			assert.Zero(t, linkStats[0].RxBadFrame, "frames dropped as bad")
 			assert.NotZero(t, partial, "the peer's checksum offload is on: its TCP frames arrive checksum-partial")
 		})
 	}
