@@ -207,12 +207,14 @@ func (s *shard) payload(i, length int) buffer.Buffer {
 
 func (s *shard) start() { go s.poll() }
 
-// stop ends the poller; the link must be closed (or closing) so that a
-// blocked WaitRead returns.
+// stop ends the poller, then sends what is still queued: the poller may
+// leave its loop between an enqueue and its next flush, and the resets of
+// Stack.Close must reach the peers. The link must still be open.
 func (s *shard) stop() {
 	s.stopped.Store(true)
 	s.queue.Interrupt()
 	<-s.done
+	s.tx.flush()
 }
 
 // poll is the shard's loop: RX burst, deliver, flush TX; when the queue is

@@ -1,11 +1,9 @@
 package tap_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"testing"
 	"time"
@@ -14,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
-	"github.com/polarnet/polarnet/dialer"
+	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
@@ -24,58 +22,12 @@ import (
 
 // The engine over a TAP device against the kernel's TCP in a namespace.
 
-// kernelListen opens a kernel listener inside the topology's namespace.
-func kernelListen(t *testing.T, topo *taptopo.Topology, addr netip.Addr) net.Listener {
-	var ln net.Listener
-	require.NoError(t, topo.NS.Do(func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
-		return err
-	}))
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
-// kernelDial dials from inside the namespace.
-func kernelDial(t *testing.T, topo *taptopo.Topology, addr string) *net.TCPConn {
-	var c net.Conn
-	require.NoError(t, topo.NS.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp", addr, 10*time.Second)
-		return err
-	}))
-	t.Cleanup(func() { c.Close() })
-	return c.(*net.TCPConn)
-}
-
-// pairs returns connected conns in both directions: polarnet client with a
-// kernel server, and kernel client with a polarnet server.
+// pairs returns connected conns both ways (kpeer.Pairs) over IPv4 or IPv6.
 func pairs(t *testing.T, topo *taptopo.Topology, v6 bool) map[string][2]xfer.HalfCloser {
-	kAddr, sAddr := taptopo.Kernel4, taptopo.Stack4
 	if v6 {
-		kAddr, sAddr = taptopo.Kernel6, taptopo.Stack6
+		return kpeer.Pairs(t, topo.Stack, topo.NS, taptopo.Kernel6, taptopo.Stack6)
 	}
-	out := map[string][2]xfer.HalfCloser{}
-
-	kln := kernelListen(t, topo, kAddr)
-	accepted := make(chan net.Conn, 1)
-	go func() { c, _ := kln.Accept(); accepted <- c }()
-	pc, err := topo.Stack.DialTCP(t.Context(), "tcp", netip.AddrPort{}, kln.Addr().(*net.TCPAddr).AddrPort())
-	require.NoError(t, err)
-	kc := <-accepted
-	require.NotNil(t, kc)
-	t.Cleanup(func() { pc.Close(); kc.Close() })
-	out["polarnet client, kernel server"] = [2]xfer.HalfCloser{pc, kc.(*net.TCPConn)}
-
-	pln, err := topo.Stack.ListenTCP("tcp", netip.AddrPortFrom(sAddr, 0), 0, net.KeepAliveConfig{})
-	require.NoError(t, err)
-	t.Cleanup(func() { pln.Close() })
-	paccepted := make(chan *polarnet.TCPConn, 1)
-	go func() { c, _ := pln.AcceptTCP(); paccepted <- c }()
-	kc2 := kernelDial(t, topo, pln.Addr().String())
-	ps := <-paccepted
-	require.NotNil(t, ps)
-	t.Cleanup(func() { ps.Close() })
-	out["kernel client, polarnet server"] = [2]xfer.HalfCloser{kc2, ps}
-	return out
+	return kpeer.Pairs(t, topo.Stack, topo.NS, taptopo.Kernel4, taptopo.Stack4)
 }
 
 func TestTransfersOverTAP(t *testing.T) {
@@ -100,7 +52,7 @@ func TestTransfersOverTAP(t *testing.T) {
 
 func TestNetTestConnOverTAP(t *testing.T) {
 	topo := taptopo.New(t, taptopo.Options{})
-	for _, dir := range []string{"polarnet client, kernel server", "kernel client, polarnet server"} {
+	for _, dir := range []string{kpeer.PolarnetClient, kpeer.KernelClient} {
 		t.Run(dir, func(t *testing.T) {
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 				p := pairs(t, topo, false)[dir]
@@ -112,47 +64,7 @@ func TestNetTestConnOverTAP(t *testing.T) {
 
 func TestHTTPOverTAP(t *testing.T) {
 	topo := taptopo.New(t, taptopo.Options{})
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(body))
-	})
-	get := func(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), url string) {
-		hc := &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}
-		defer hc.CloseIdleConnections()
-		for i := range 3 {
-			resp, err := hc.Post(url+fmt.Sprint(i), "application/octet-stream", xfer.Pattern(100<<10, uint64(i)))
-			require.NoError(t, err)
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.NoError(t, err)
-			assert.Equal(t, fmt.Sprintf("POST /p%d %d", i, 100<<10), string(body))
-		}
-	}
-
-	t.Run("polarnet client, kernel server", func(t *testing.T) {
-		ln := kernelListen(t, topo, taptopo.Kernel4)
-		srv := &http.Server{Handler: handler}
-		go srv.Serve(ln)
-		defer srv.Close()
-		get(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return topo.Stack.DialTCP(ctx, network, netip.AddrPort{}, netip.MustParseAddrPort(addr))
-		}, "http://"+ln.Addr().String()+"/p")
-	})
-	t.Run("kernel client, polarnet server", func(t *testing.T) {
-		ln, err := topo.Stack.ListenTCP("tcp", netip.AddrPortFrom(taptopo.Stack4, 0), 0, net.KeepAliveConfig{})
-		require.NoError(t, err)
-		srv := &http.Server{Handler: handler}
-		go srv.Serve(ln)
-		defer srv.Close()
-		get(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := topo.NS.Do(func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		}, "http://"+ln.Addr().String()+"/p")
-	})
+	kpeer.HTTP(t, topo.Stack, topo.NS, taptopo.Kernel4, taptopo.Stack4)
 }
 
 // TestEnvironmentSwitch is the drop-in promise: the POLARNET_* variables alone
@@ -175,17 +87,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 
 	polarnet.SetDefault(st)
 	t.Cleanup(func() { polarnet.SetDefault(nil) })
-	ln := kernelListen(t, &taptopo.Topology{NS: ns}, taptopo.Kernel4)
-	accepted := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); accepted <- c }()
-	c, err := dialer.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	require.IsType(t, &polarnet.TCPConn{}, c)
-	kc := <-accepted
-	require.NotNil(t, kc)
-	defer kc.Close()
-	assert.NoError(t, xfer.Exchange(c.(*polarnet.TCPConn), kc.(*net.TCPConn), 1<<20))
+	kpeer.ExchangeViaDefault(t, ns, taptopo.Kernel4, 1<<20)
 
 	env["POLARNET_DEVICE"] = "this-name-is-far-too-long"
 	st2, err := polarnet.NewFromEnv(getenv)
@@ -209,7 +111,7 @@ func TestShardsOverTAP(t *testing.T) {
 
 			// polarnet clients, kernel server: each conn sends its index and
 			// reads it back.
-			kln := kernelListen(t, topo, taptopo.Kernel4)
+			kln := kpeer.Listen(t, topo.NS, taptopo.Kernel4)
 			go func() {
 				for {
 					c, err := kln.Accept()

@@ -1,0 +1,126 @@
+package reliability
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip"
+
+	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/internal/xfer"
+)
+
+// floodWindow is how long each flood runs while the established
+// connections' throughput is measured (the unloaded baseline too).
+const floodWindow = 2 * time.Second
+
+// TestSYNFloodDuringTransfer floods a listener with SYNs from spoofed
+// sources, as fast as the kernel side can send them and then at a rate the
+// stack can absorb, and then with ACKs that guess at SYN cookies, while two
+// connections established before stream data through the stack both ways:
+// the streams complete byte-exact, the stack answers with SYN cookies once
+// its SYN queue is full, a new connection gets through the absorbable
+// flood, no guessed ACK makes a connection, and the memory a flood leaves
+// behind is bounded (the half-open connections of one backlog, not state
+// per SYN). The streams' throughput under each flood against the unloaded
+// baseline is logged, not asserted.
+func TestSYNFloodDuringTransfer(t *testing.T) {
+	// heapBound bounds what a flood may leave on the heap: the backlog's
+	// 4096 half-open connections of a few KiB each, caches and pools;
+	// state per SYN would cost ~1 KiB per SYN, gigabytes at these rates.
+	const heapBound = 64 << 20
+	e := newEnv(t, taptopo.Options{})
+	ln, err := e.Stack.ListenTCP("tcp", netip.AddrPortFrom(stack4, 0), 0, net.KeepAliveConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	raw := e.raw(t)
+
+	k1, s1 := e.accept(t, ln)
+	k2, s2 := e.accept(t, ln)
+	up, down := startStream(k1, s1, 1, pace{}), startStream(s2, k2, 2, pace{})
+	rates(floodWindow/2, up, down) // out of slow start
+	base := rates(floodWindow, up, down)
+	t.Logf("unloaded: kernel→stack %s/s, stack→kernel %s/s", mib(uint64(base[0])), mib(uint64(base[1])))
+
+	// A rate the stack absorbs, with the race detector's slowdown too.
+	absorbed := 10_000
+	if raceEnabled {
+		absorbed = 2_000
+	}
+	tcpStats := func() *tcpip.TCPStats { s := e.Stack.ProtocolStatsTotal(); return &s.TCP }
+	for _, tc := range []struct {
+		flags uint8
+		rate  int // segments a second; 0: as fast as the kernel side sends
+		// engaged is the counter of the defence the flood must set off.
+		engaged func() uint64
+	}{
+		{frame.FlagSYN, 0, func() uint64 { return tcpStats().ListenOverflowSynCookieSent.Value() }},
+		{frame.FlagSYN, absorbed, func() uint64 { return tcpStats().ListenOverflowSynCookieSent.Value() }},
+		{frame.FlagACK, 0, func() uint64 { return tcpStats().ListenOverflowInvalidSynCookieRcvd.Value() }},
+	} {
+		kind, rate := map[uint8]string{frame.FlagSYN: "SYN", frame.FlagACK: "ACK"}[tc.flags], "max rate"
+		if tc.rate > 0 {
+			rate = fmt.Sprintf("%d per second", tc.rate)
+		}
+		t.Run(kind+" "+rate, func(t *testing.T) {
+			before, engagedBefore := liveHeap(), tc.engaged()
+			engaged := func() uint64 { return tc.engaged() - engagedBefore }
+			rxBefore := e.Stack.Stats().Total.RxFrames
+			rng := rand.New(rand.NewPCG(uint64(tc.flags), uint64(tc.rate)))
+			hosts := uint32(1) << (32 - spoofed.Bits())
+			first := spoofed.Addr().As4()
+			heap := sampleHeap()
+			f := startFlood(raw, 1<<30, tc.rate, func() []byte {
+				src := first
+				src[3] += byte(rng.Uint32N(hosts))
+				spec := frame.TCPSpec{
+					Src: netip.AddrPortFrom(netip.AddrFrom4(src), uint16(1024+rng.IntN(64512))), Dst: dst,
+					Seq: rng.Uint32(), Flags: tc.flags, Window: 64240,
+				}
+				if tc.flags == frame.FlagSYN {
+					spec.Options = frame.MSSOption(1460)
+				} else {
+					spec.Ack = rng.Uint32()
+				}
+				return e.forge(spec)
+			})
+			loaded := rates(floodWindow, up, down)
+			// SYN cookies engage once the SYN queue is full: after a
+			// backlog's worth of SYNs, however long the stack takes to see
+			// them (the flooder shares the machine's two CPUs with it).
+			require.Eventually(t, func() bool { return engaged() > 0 }, ioBound, 10*time.Millisecond, "the stack's defence engaged")
+			if tc.flags == frame.FlagSYN && tc.rate > 0 {
+				// A connection made under a flood the stack absorbs: a SYN
+				// cookie's once the SYN queue is full. (Under one it does
+				// not, most SYNs are lost before it sees them.)
+				k, s := e.accept(t, ln)
+				assert.NoError(t, xfer.Exchange(k, s, 64<<10), "a connection made during the flood")
+			}
+			sent, sentRate, floodErr := f.stop()
+			peak := heap.finish()
+			retained := int64(liveHeap()) - int64(before)
+			require.NoError(t, floodErr)
+			if tc.flags == frame.FlagACK {
+				// Had a guessed cookie made a connection, it would be first
+				// in the accept queue.
+				k, s := e.accept(t, ln)
+				assert.Equal(t, k.LocalAddr().String(), s.RemoteAddr().String(), "the connection accepted after the flood is the kernel's")
+			}
+			assert.Less(t, retained, int64(heapBound), "heap left behind by the flood")
+			t.Logf("%d %ss at %.0f/s; the stack received %d frames, its defence engaged %d times; heap %s before, peak in use %s, %s retained",
+				sent, kind, sentRate, e.Stack.Stats().Total.RxFrames-rxBefore, engaged(), mib(before), mib(peak), mib(uint64(max(retained, 0))))
+			t.Logf("throughput under the flood: kernel→stack %.3f of unloaded, stack→kernel %.3f", loaded[0]/base[0], loaded[1]/base[1])
+		})
+	}
+	assert.NoError(t, up.finish(), "kernel→stack stream")
+	assert.NoError(t, down.finish(), "stack→kernel stream")
+	t.Logf("%d frames lost in the TAP queue towards the stack", tapDropped(e))
+}
