@@ -35,27 +35,37 @@ func StartKernelServer(b testing.TB, ns *netns.NS, addr netip.Addr, sz Sizes) ne
 		return err
 	}))
 	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, resp := make([]byte, sz.Request), make([]byte, sz.Response)
-				for {
-					if _, err := io.ReadFull(c, req); err != nil {
-						return
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	go Serve(ln, sz.Answer)
 	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// Serve accepts connections on ln until it is closed and handles each on a
+// goroutine of its own, closing it when handle returns.
+func Serve(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			handle(c)
+		}()
+	}
+}
+
+// Answer is the server's side of round trips on c: it answers every request
+// of sz.Request bytes with sz.Response bytes until c fails or ends.
+func (sz Sizes) Answer(c net.Conn) {
+	req, resp := make([]byte, sz.Request), make([]byte, sz.Response)
+	for {
+		if _, err := io.ReadFull(c, req); err != nil {
+			return
+		}
+		if _, err := c.Write(resp); err != nil {
+			return
+		}
+	}
 }
 
 // Run does b.N round trips spread over conns, one goroutine per conn, after
@@ -109,19 +119,32 @@ func Run(b *testing.B, conns []net.Conn, sz Sizes) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
-// KernelToKernel builds the reference: a veth pair between two fresh
-// namespaces, 198.18.1.1/24 (the server's) and 198.18.1.2/24, with the
-// kernel's default offloads, a server started as StartKernelServer does, and
-// n client connections to it from the other namespace.
-func KernelToKernel(b *testing.B, sz Sizes, n int) []net.Conn {
-	server, client := netns.New(b), netns.New(b)
+// The k2k reference's addresses: the server's end and the client's.
+var (
+	K2KServer = netip.MustParsePrefix("198.18.1.1/24")
+	K2KClient = netip.MustParsePrefix("198.18.1.2/24")
+)
+
+// KernelVeth builds the k2k path: a veth pair between two fresh namespaces,
+// K2KServer on the server's end and K2KClient on the client's, MTU 1500,
+// with the kernel's default offloads. b's cleanup removes it all.
+func KernelVeth(b testing.TB) (server, client *netns.NS) {
+	server, client = netns.New(b), netns.New(b)
 	a, z := netns.UniqueName("pnk"), netns.UniqueName("pnk")
 	netns.Veth(b, a, z)
 	require.NoError(b, server.MoveLink(a))
 	require.NoError(b, client.MoveLink(z))
-	require.NoError(b, server.Configure(a, 1500, netip.MustParsePrefix("198.18.1.1/24")))
-	require.NoError(b, client.Configure(z, 1500, netip.MustParsePrefix("198.18.1.2/24")))
-	ln := StartKernelServer(b, server, netip.MustParseAddr("198.18.1.1"), sz)
+	require.NoError(b, server.Configure(a, 1500, K2KServer))
+	require.NoError(b, client.Configure(z, 1500, K2KClient))
+	return server, client
+}
+
+// KernelToKernel builds the reference: KernelVeth's path, a server started
+// as StartKernelServer does on K2KServer, and n client connections to it
+// from the client's namespace.
+func KernelToKernel(b *testing.B, sz Sizes, n int) []net.Conn {
+	server, client := KernelVeth(b)
+	ln := StartKernelServer(b, server, K2KServer.Addr(), sz)
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		require.NoError(b, client.Do(func() (err error) {

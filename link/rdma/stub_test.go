@@ -5,20 +5,10 @@ package rdma
 import (
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link/linktest"
 )
 
 func TestStubExplainsHowToBuild(t *testing.T) {
 	l, err := New(Config{Netdev: "eth0"})
-	require.Error(t, err)
-	assert.Nil(t, l)
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
-	for _, want := range []string{"-tags rdma", "libibverbs-dev", "CAP_NET_RAW", "cgo"} {
-		assert.Contains(t, err.Error(), want)
-	}
-	_, err = polarnet.OpenLink("rdma", polarnet.LinkParams{})
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported, "without the tag the link is not registered")
+	linktest.CheckStub(t, "rdma", l, err, "-tags rdma", "libibverbs-dev", "CAP_NET_RAW", "cgo")
 }
