@@ -183,9 +183,10 @@ func vanillaNet(v *vanillaStack) *netEnd {
 // tapNet creates a TAP device in this process's namespace (the host's) with
 // a polarnet stack on it at taptopo.Stack4; the orchestrator moves the
 // device's kernel side into the peer's namespace (taptopo.PlugKernelSide).
-// ackOff turns the stack's ACK filter off.
-func tapNet(mtu int, poll polarnet.PollMode, ackOff bool) (*netEnd, error) {
-	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnb"), MTU: mtu})
+// ackOff turns the stack's ACK filter off; queues is the device's queue
+// pairs, so the stack's shards.
+func tapNet(mtu int, poll polarnet.PollMode, ackOff bool, queues int) (*netEnd, error) {
+	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnb"), MTU: mtu, Queues: queues})
 	if err != nil {
 		return nil, err
 	}

@@ -358,6 +358,7 @@ type endFlags struct {
 	poll    string
 	ack     string
 	procs   int
+	queues  int
 	pin     int
 }
 
@@ -368,6 +369,7 @@ func addEndFlags(fs *flag.FlagSet) *endFlags {
 	fs.IntVar(&e.mtu, "mtu", 1500, "internal: MTU of a TAP device created with -net polarnet-tap")
 	fs.StringVar(&e.poll, "poll", "adaptive", "internal: poll mode of a -net polarnet-tap stack")
 	fs.StringVar(&e.ack, "ack", "on", "internal: off turns the ACK filter of a -net polarnet-tap stack off")
+	fs.IntVar(&e.queues, "queues", 1, "internal: queue pairs (so shards) of a -net polarnet-tap stack's TAP device")
 	fs.IntVar(&e.procs, "procs", 0, "GOMAXPROCS of a polarnet end (0: Go's default; -pin makes it 1)")
 	fs.IntVar(&e.pin, "pin", -1, "run on this CPU only, with GOMAXPROCS=1")
 	return e
@@ -395,7 +397,7 @@ func (e *endFlags) open(retrans bool) (*netEnd, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tapNet(e.mtu, poll, e.ack == "off")
+		return tapNet(e.mtu, poll, e.ack == "off", e.queues)
 	}
 	return nil, fmt.Errorf("-net %q: want kernel or polarnet", e.net)
 }

@@ -79,6 +79,9 @@ func (r *runCfg) childArgs(role string, what ...string) []string {
 	if r.mode.ACKOff {
 		args = append(args, "-ack", "off")
 	}
+	if r.mode.Queues > 0 {
+		args = append(args, "-queues", strconv.Itoa(r.mode.Queues))
+	}
 	if r.mode.Procs > 0 {
 		args = append(args, "-procs", strconv.Itoa(r.mode.Procs))
 	}

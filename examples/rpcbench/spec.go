@@ -135,7 +135,7 @@ func plural(n int, what string) string {
 }
 
 // modeSpec is a mode with its options, written
-// MODE[:mtu=N][:poll=P][:ring=N][:ack=off][:procs=N][:pin], e.g.
+// MODE[:mtu=N][:poll=P][:ring=N][:ack=off][:procs=N][:queues=N][:pin], e.g.
 // p2p-pipe:mtu=65535 or k2k-veth:pin.
 type modeSpec struct {
 	Name string `json:"name"`
@@ -147,8 +147,11 @@ type modeSpec struct {
 	ACKOff bool `json:"ack_off,omitempty"`
 	// Procs is GOMAXPROCS of the processes of polarnet ends; 0: Go's
 	// default (the CPUs). Pinned rows run with 1 whatever it says.
-	Procs int  `json:"procs,omitempty"`
-	Pin   bool `json:"pin,omitempty"`
+	Procs int `json:"procs,omitempty"`
+	// Queues is the TAP device's queue pairs, so the stack's shards (TAP
+	// modes); 0: one.
+	Queues int  `json:"queues,omitempty"`
+	Pin    bool `json:"pin,omitempty"`
 }
 
 func parseMode(s string) (modeSpec, error) {
@@ -190,12 +193,21 @@ func parseMode(s string) (modeSpec, error) {
 				return m, fmt.Errorf("mode %q: procs must be 1..1024", s)
 			}
 			m.Procs = n
+		case "queues":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 16 {
+				return m, fmt.Errorf("mode %q: queues must be 1..16", s)
+			}
+			m.Queues = n
 		default:
-			return m, fmt.Errorf("mode %q: unknown option %q (mtu=N, poll=P, ring=N, ack=off, procs=N, pin)", s, p)
+			return m, fmt.Errorf("mode %q: unknown option %q (mtu=N, poll=P, ring=N, ack=off, procs=N, queues=N, pin)", s, p)
 		}
 	}
 	if def := modes[m.Name]; (m.ACKOff || m.Procs > 0) && def.client != "polarnet" && def.server != "polarnet" {
 		return m, fmt.Errorf("mode %q: ack and procs apply to polarnet ends; %s has none", s, m.Name)
+	}
+	if m.Queues > 0 && !strings.HasSuffix(m.Name, "-tap") {
+		return m, fmt.Errorf("mode %q: queues applies to the TAP modes", s)
 	}
 	return m, nil
 }
@@ -216,6 +228,9 @@ func (m modeSpec) String() string {
 	}
 	if m.Procs != 0 {
 		s += fmt.Sprintf(":procs=%d", m.Procs)
+	}
+	if m.Queues != 0 {
+		s += fmt.Sprintf(":queues=%d", m.Queues)
 	}
 	if m.Pin {
 		s += ":pin"
