@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/polarnet/polarnet/link/linktest"
@@ -66,4 +68,33 @@ func echo4K(c *polarnet.TCPConn) {
 			return
 		}
 	}
+}
+
+// BenchmarkRoundTrip4K64Conns is the same round trip on 64 conns at once,
+// each with one request outstanding, at the link's largest MTU: what one
+// shard per stack costs when many conns share its poll iterations.
+func BenchmarkRoundTrip4K64Conns(b *testing.B) {
+	const conns = 64
+	a, z := newPair(b, linktest.PipeConfig{MTU: 65535})
+	clients := make([]*polarnet.TCPConn, conns)
+	for i := range clients {
+		client, server := connPair(b, a, z, addrB.Addr())
+		go echo4K(server)
+		clients[i] = client
+	}
+	frames := func() uint64 { return a.Stats().Total.TxFrames + z.Stats().Total.TxFrames }
+	before := frames()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.SetParallelism((conns + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var next atomic.Int32
+	b.RunParallel(func(pb *testing.PB) {
+		client := clients[next.Add(1)-1]
+		req, resp := make([]byte, 4096), make([]byte, 64)
+		for pb.Next() {
+			roundTrip(b, client, req, resp)
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(frames()-before)/float64(b.N), "segs/op")
 }

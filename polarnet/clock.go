@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 )
@@ -16,7 +17,15 @@ import (
 // poller has stopped, timers fire on their own goroutines like
 // tcpip.NewStdClock's.
 type shardClock struct {
-	tcpip.Clock // Now and NowMonotonic
+	tcpip.Clock // Now
+
+	// frozen is NowMonotonic, in ns since base, while the poller works
+	// through a burst (0 otherwise): gVisor reads the clock several times
+	// per segment, and one read per burst is exact enough for RTTs and
+	// timestamps. Values stay monotonic: a burst's reading never precedes
+	// one taken before it.
+	base   time.Time
+	frozen atomic.Int64
 
 	// earliest is the deadline of the first timer in UnixNano (MaxInt64 when
 	// there is none), so the poller can skip the lock when nothing is due.
@@ -36,10 +45,32 @@ type shardClock struct {
 var _ tcpip.Clock = (*shardClock)(nil)
 
 func newShardClock(wake func()) *shardClock {
-	c := &shardClock{Clock: tcpip.NewStdClock(), wake: wake}
+	c := &shardClock{Clock: tcpip.NewStdClock(), base: time.Now(), wake: wake}
 	c.earliest.Store(noTimer)
 	return c
 }
+
+// NowMonotonic implements tcpip.Clock.
+func (c *shardClock) NowMonotonic() tcpip.MonotonicTime {
+	ns := c.frozen.Load()
+	if ns == 0 {
+		ns = int64(time.Since(c.base))
+	}
+	return monotonicFromNanos(ns)
+}
+
+// monotonicFromNanos is tcpip.MonotonicTime{}.Add(ns) without its detour
+// through time.Time, which cost as much as reading the clock. MonotonicTime
+// is one int64 of nanoseconds (TestMonotonicFromNanos holds us to it).
+func monotonicFromNanos(ns int64) tcpip.MonotonicTime {
+	return *(*tcpip.MonotonicTime)(unsafe.Pointer(&ns))
+}
+
+// freeze makes NowMonotonic return the present until thaw; the poller
+// brackets the work of a burst with them.
+func (c *shardClock) freeze() { c.frozen.Store(int64(time.Since(c.base))) }
+
+func (c *shardClock) thaw() { c.frozen.Store(0) }
 
 const noTimer = int64(^uint64(0) >> 1)
 

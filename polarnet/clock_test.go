@@ -4,9 +4,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
 func TestShardClockRunsTimersInOrderOnTheLoop(t *testing.T) {
@@ -48,4 +50,23 @@ func TestShardClockDetachedFiresOnItsOwn(t *testing.T) {
 			t.Fatal("a timer of a detached clock did not fire")
 		}
 	}
+}
+
+func TestMonotonicFromNanos(t *testing.T) {
+	require.Equal(t, unsafe.Sizeof(int64(0)), unsafe.Sizeof(tcpip.MonotonicTime{}))
+	for _, ns := range []int64{0, 1, 1e9 + 7, -5, 1 << 62} {
+		assert.Equal(t, tcpip.MonotonicTime{}.Add(time.Duration(ns)), monotonicFromNanos(ns), "%d ns", ns)
+	}
+}
+
+func TestShardClockFrozenDuringABurst(t *testing.T) {
+	c := newShardClock(func() {})
+	before := c.NowMonotonic()
+	c.freeze()
+	frozen := c.NowMonotonic()
+	time.Sleep(2 * time.Millisecond)
+	assert.Equal(t, frozen, c.NowMonotonic(), "one reading for the whole burst")
+	assert.False(t, frozen.Before(before), "never behind an earlier reading")
+	c.thaw()
+	assert.GreaterOrEqual(t, c.NowMonotonic().Sub(frozen), 2*time.Millisecond, "live again after the burst")
 }

@@ -235,6 +235,7 @@ func (s *shard) poll() {
 		n, err := s.queue.ReadBurst(s.rx)
 		start := s.burstStart(n)
 		if n > 0 {
+			s.clock.freeze()
 			s.deliver(n)
 		}
 		n += s.receiveHandoffs()
@@ -243,6 +244,7 @@ func (s *shard) poll() {
 		}
 		s.clock.runDue()
 		s.tx.flush()
+		s.clock.thaw()
 		s.burstDone(start, n, err)
 		if err != nil {
 			if errors.Is(err, ErrLinkClosed) {
