@@ -148,11 +148,13 @@ const (
 )
 
 // txBatchBuckets and pollBuckets are the buckets exported of the
-// polarnet.Histogram's log2 buckets: 1..256 frames, 256 ns..4.3 s.
+// polarnet.Histogram's log2 buckets: 1..256 frames, 256 ns..2.15 s. The
+// histogram's last bucket has no bound (polarnet.BucketBound): what it
+// holds is only in +Inf.
 const (
 	txBatchMaxBucket  = 8
 	pollMinBucket     = 8
-	pollMaxBucket     = 32
+	pollMaxBucket     = polarnet.HistogramBuckets - 2
 	nanosecondsPerSec = 1e9
 )
 

@@ -82,3 +82,26 @@ func TestMetricsDocumented(t *testing.T) {
 		assert.Contains(t, string(doc), "`"+r[1]+"`", "drop reason %s/%s undocumented", r[0], r[1])
 	}
 }
+
+// The exported histograms have finite, ascending bounds: the log2
+// histogram's unbounded last bucket is only in +Inf, not exported as a
+// bucket of 2^64 ns.
+func TestHistogramBounds(t *testing.T) {
+	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	a := newStack(t, la, "198.18.0.1/24")
+	newStack(t, lb, "198.18.0.2/24")
+	last := map[string]float64{}
+	metrics.Collect(a, func(s metrics.Sample) {
+		if s.Hist == nil {
+			return
+		}
+		prev := 0.0
+		for _, b := range s.Hist.Buckets {
+			assert.Greater(t, b.UpperBound, prev, s.Desc.Name)
+			prev = b.UpperBound
+		}
+		last[s.Desc.Name] = prev
+	})
+	assert.Equal(t, 256.0, last["polarnet_tx_batch_frames"])
+	assert.Equal(t, float64(1<<31)/1e9, last["polarnet_poll_iteration_seconds"], "2^31 ns")
+}

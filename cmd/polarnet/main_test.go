@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,13 +64,42 @@ func TestDoctorRDMAExplainsNoDevice(t *testing.T) {
 	assert.Contains(t, out, "=> rdma: NOT ready")
 }
 
+// doctor dpdk against the host's state as the test finds it by other means:
+// libraries from pkg-config, hugepages from sysfs and /proc/mounts. CI runs
+// it before scripts/ci-dpdk installs DPDK and reserves hugepages (the
+// "without" state on a fresh machine); a host with both sees the other.
 func TestDoctorDPDKReportsHostState(t *testing.T) {
-	out, _ := doctorOut(t, "-probe=false", "dpdk")
-	assert.Contains(t, out, "DPDK libraries")
-	assert.Contains(t, out, "hugepages")
+	out, code := doctorOut(t, "-probe=false", "dpdk")
+	libsOK := exec.Command("pkg-config", "--exists", "libdpdk").Run() == nil
+	if libsOK {
+		assert.Contains(t, out, "ok    DPDK libraries   libdpdk ")
+	} else {
+		assert.Contains(t, out, "FAIL  DPDK libraries")
+	}
 	// The verdict follows the libraries alone.
-	libsOK := strings.Contains(out, "ok    DPDK libraries")
 	assert.Equal(t, libsOK, strings.Contains(out, "=> dpdk: ready"))
+	assert.Equal(t, libsOK, code == 0)
+
+	reserved, free := 0, 0
+	sizes, _ := filepath.Glob("/sys/kernel/mm/hugepages/hugepages-*")
+	for _, d := range sizes {
+		for file, sum := range map[string]*int{"nr_hugepages": &reserved, "free_hugepages": &free} {
+			b, _ := os.ReadFile(filepath.Join(d, file))
+			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			*sum += n
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/mounts")
+	mounted := strings.Contains(string(mounts), " hugetlbfs ")
+	t.Logf("host: libdpdk %v, %d hugepages reserved, %d free, hugetlbfs mounted %v", libsOK, reserved, free, mounted)
+	switch {
+	case reserved == 0 && !mounted:
+		assert.Contains(t, out, "warn  hugepages        none reserved, hugetlbfs not mounted")
+	case reserved > 0 && free > 0 && mounted:
+		assert.Contains(t, out, "ok    hugepages        reserved ")
+	default:
+		assert.Contains(t, out, "warn  hugepages")
+	}
 }
 
 func TestDoctorUsage(t *testing.T) {
@@ -196,6 +228,53 @@ polarnet_link_info{link="tap0"} 1
 	assert.Equal(t, "2", f[5], "drops/s")
 	assert.Equal(t, "25.0%", f[8], "busy: 0.5 s of 2 s")
 	assert.Contains(t, s, "drops: engine/bad_frame 2/s")
+}
+
+// An endpoint serving several stacks of one process (prom.StacksHandler,
+// rpcbench -metrics) labels them stack=...: their shards, histograms, drops
+// and link queues are shown apart, not summed into one row.
+func TestStatSplitsStacks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	mk := func(at time.Time, cli, srv float64) scrape {
+		var b strings.Builder
+		for _, s := range []struct {
+			name, link string
+			frames     float64
+			le         string
+		}{{"client", "pipe1-a", cli, "8.192e-06"}, {"server", "pipe1-b", srv, "6.5536e-05"}} {
+			fmt.Fprintf(&b, "polarnet_rx_frames_total{shard=\"0\",queue=\"0\",stack=%q} %g\n", s.name, s.frames)
+			fmt.Fprintf(&b, "polarnet_drops_total{shard=\"0\",queue=\"0\",layer=\"engine\",reason=\"bad_frame\",stack=%q} %g\n", s.name, s.frames/100)
+			fmt.Fprintf(&b, "polarnet_link_info{link=%q,stack=%q} 1\n", s.link, s.name)
+			fmt.Fprintf(&b, "polarnet_link_rx_frames_total{queue=\"0\",stack=%q} %g\n", s.name, s.frames)
+			fmt.Fprintf(&b, "polarnet_poll_iteration_seconds_bucket{shard=\"0\",queue=\"0\",stack=%q,le=%q} %g\n", s.name, s.le, s.frames)
+			fmt.Fprintf(&b, "polarnet_poll_iteration_seconds_bucket{shard=\"0\",queue=\"0\",stack=%q,le=\"+Inf\"} %g\n", s.name, s.frames)
+			fmt.Fprintf(&b, "polarnet_poll_iteration_seconds_sum{shard=\"0\",queue=\"0\",stack=%q} 0\n", s.name)
+			fmt.Fprintf(&b, "polarnet_poll_iteration_seconds_count{shard=\"0\",queue=\"0\",stack=%q} %g\n", s.name, s.frames)
+		}
+		sc, err := parseScrape(strings.NewReader("# TYPE polarnet_poll_iteration_seconds histogram\n"+b.String()), at)
+		require.NoError(t, err)
+		return sc
+	}
+	var out bytes.Buffer
+	renderStat(&out, "u", mk(t0, 0, 0), mk(t0.Add(time.Second), 100, 300))
+	s := out.String()
+	t.Log(s)
+	assert.Contains(t, s, "link client pipe1-a, server pipe1-b")
+	rows := map[string][]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if f := strings.Fields(l); len(f) > 2 {
+			rows[f[0]+" "+f[1]] = f[2:]
+		}
+	}
+	require.Contains(t, rows, "client 0/0", s)
+	require.Contains(t, rows, "server 0/0", s)
+	assert.Equal(t, "100", rows["client 0/0"][0], "client rx pps")
+	assert.Equal(t, "300", rows["server 0/0"][0], "server rx pps")
+	assert.Equal(t, "8.192µs", rows["client 0/0"][8], "client poll p50")
+	assert.Equal(t, "65.536µs", rows["server 0/0"][8], "server poll p50")
+	assert.Contains(t, s, "drops: client engine/bad_frame 1/s, server engine/bad_frame 3/s")
+	assert.Equal(t, "100", rows["client 0"][0], "client link queue 0 rx pps")
+	assert.Equal(t, "300", rows["server 0"][0], "server link queue 0 rx pps")
 }
 
 func TestBenchRunsCompare(t *testing.T) {

@@ -135,9 +135,26 @@ func valueOf(m *dto.Metric) float64 {
 	return 0
 }
 
-// sumBy sums family name's series by the value of label key, keeping
-// only series whose labels match filter.
+// withStack returns v, prefixed with the series' stack and a space when it
+// has the label stack: an endpoint serving several stacks of one process
+// (prom.StacksHandler, rpcbench -metrics) tells them apart by it, and
+// their shards, queues and drops are shown apart.
+func withStack(l map[string]string, v string) string {
+	if st := l["stack"]; st != "" {
+		return st + " " + v
+	}
+	return v
+}
+
+// sumBy sums family name's series by the value of label key (within each
+// stack), keeping only series whose labels match filter.
 func (s scrape) sumBy(name, key string, filter map[string]string) map[string]float64 {
+	return s.sumByFunc(name, func(l map[string]string) string { return withStack(l, l[key]) }, filter)
+}
+
+// sumByFunc sums family name's series by key(labels), keeping only series
+// whose labels match filter.
+func (s scrape) sumByFunc(name string, key func(map[string]string) string, filter map[string]string) map[string]float64 {
 	out := map[string]float64{}
 	f := s.fams[name]
 	if f == nil {
@@ -151,18 +168,20 @@ next:
 				continue next
 			}
 		}
-		out[l[key]] += valueOf(m)
+		out[key(l)] += valueOf(m)
 	}
 	return out
 }
 
-// hist returns the histograms of family name by the value of label key.
+// hist returns the histograms of family name by the value of label key
+// (within each stack).
 func (s scrape) hist(name, key string) map[string]*dto.Histogram {
 	out := map[string]*dto.Histogram{}
 	if f := s.fams[name]; f != nil {
 		for _, m := range f.Metric {
 			if m.Histogram != nil {
-				out[labelsOf(m)[key]] = m.Histogram
+				l := labelsOf(m)
+				out[withStack(l, l[key])] = m.Histogram
 			}
 		}
 	}
@@ -212,17 +231,24 @@ func renderStat(w io.Writer, url string, prev, cur scrape) {
 	if dt <= 0 {
 		dt = 1
 	}
-	rate := func(name, key string, filter map[string]string) map[string]float64 {
-		a, b := prev.sumBy(name, key, filter), cur.sumBy(name, key, filter)
+	rateOf := func(a, b map[string]float64) map[string]float64 {
 		out := map[string]float64{}
 		for k, v := range b {
 			out[k] = max(v-a[k], 0) / dt
 		}
 		return out
 	}
-	link := "?"
+	rate := func(name, key string, filter map[string]string) map[string]float64 {
+		return rateOf(prev.sumBy(name, key, filter), cur.sumBy(name, key, filter))
+	}
+	var links []string
 	for k := range cur.sumBy("polarnet_link_info", "link", nil) {
-		link = k
+		links = append(links, k)
+	}
+	sort.Strings(links)
+	link := "?"
+	if len(links) > 0 {
+		link = strings.Join(links, ", ")
 	}
 	fmt.Fprintf(w, "polarnet stat  %s  link %s  every %.1fs  %s\n\n", url, link, dt, cur.at.Format("15:04:05"))
 
@@ -242,7 +268,11 @@ func renderStat(w io.Writer, url string, prev, cur scrape) {
 	sortNumeric(shards)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shard/queue\trx pps\trx Mbit/s\ttx pps\ttx Mbit/s\tdrops/s\thandoff/s\tretrans/s\tbusy\tpoll p50\tpoll p99\ttx batch\t")
-	var tot [8]float64
+	// Totals per stack ("" for an endpoint of one unlabelled stack), in
+	// the order of the rows.
+	var stacks []string
+	tot := map[string]*[7]float64{}
+	nShards := map[string]int{}
 	for _, s := range shards {
 		busyPct := "-"
 		if ptime[s] > 0 {
@@ -254,39 +284,37 @@ func renderStat(w io.Writer, url string, prev, cur scrape) {
 		if bn > 0 {
 			batch = fmt.Sprintf("%.1f", bsum/float64(bn))
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%.1f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s, s,
+		stack, shard := splitStack(s)
+		fmt.Fprintf(tw, "%s%s/%s\t%s\t%.1f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", stackPrefix(stack), shard, shard,
 			si(rxF[s]), rxB[s]*8/1e6, si(txF[s]), txB[s]*8/1e6, si(drops[s]), si(hand[s]), si(retr[s]),
 			busyPct, dur(quantile(0.5, n, bounds, cum)), dur(quantile(0.99, n, bounds, cum)), batch)
+		if tot[stack] == nil {
+			stacks = append(stacks, stack)
+			tot[stack] = new([7]float64)
+		}
+		nShards[stack]++
 		for i, v := range []float64{rxF[s], rxB[s], txF[s], txB[s], drops[s], hand[s], retr[s]} {
-			tot[i] += v
+			tot[stack][i] += v
 		}
 	}
-	if len(shards) > 1 {
-		fmt.Fprintf(tw, "all\t%s\t%.1f\t%s\t%.1f\t%s\t%s\t%s\t\t\t\t\t\n", si(tot[0]), tot[1]*8/1e6, si(tot[2]), tot[3]*8/1e6, si(tot[4]), si(tot[5]), si(tot[6]))
+	for _, st := range stacks {
+		if t := tot[st]; nShards[st] > 1 {
+			fmt.Fprintf(tw, "%sall\t%s\t%.1f\t%s\t%.1f\t%s\t%s\t%s\t\t\t\t\t\n", stackPrefix(st), si(t[0]), t[1]*8/1e6, si(t[2]), t[3]*8/1e6, si(t[4]), si(t[5]), si(t[6]))
+		}
 	}
 	tw.Flush()
 
-	// Drops by layer and reason, where any moved.
-	if f := cur.fams["polarnet_drops_total"]; f != nil {
-		byReason := rate("polarnet_drops_total", "reason", nil)
-		var moved []string
-		for _, m := range f.Metric {
-			l := labelsOf(m)
-			key := l["layer"] + "/" + l["reason"]
-			if byReason[l["reason"]] > 0 && !contains(moved, key) {
-				moved = append(moved, key)
-			}
+	// Drops by layer and reason (within each stack), where any moved.
+	byReason := func(l map[string]string) string { return withStack(l, l["layer"]+"/"+l["reason"]) }
+	var moved []string
+	for k, r := range rateOf(prev.sumByFunc("polarnet_drops_total", byReason, nil), cur.sumByFunc("polarnet_drops_total", byReason, nil)) {
+		if r > 0 {
+			moved = append(moved, fmt.Sprintf("%s %s/s", k, si(r)))
 		}
-		if len(moved) > 0 {
-			sort.Strings(moved)
-			var parts []string
-			for _, k := range moved {
-				layer, reason, _ := strings.Cut(k, "/")
-				r := rate("polarnet_drops_total", "reason", map[string]string{"layer": layer})[reason]
-				parts = append(parts, fmt.Sprintf("%s %s/s", k, si(r)))
-			}
-			fmt.Fprintf(w, "\ndrops: %s\n", strings.Join(parts, ", "))
-		}
+	}
+	if len(moved) > 0 {
+		sort.Strings(moved)
+		fmt.Fprintf(w, "\ndrops: %s\n", strings.Join(moved, ", "))
 	}
 
 	// The link's own counters, per queue (or for the device).
@@ -307,30 +335,45 @@ func renderStat(w io.Writer, url string, prev, cur scrape) {
 			if v, ok := free[q]; ok {
 				pool = fmt.Sprintf("%.0f (%.0f)", v, freeMin[q])
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", q, si(lrx[q]), si(ltx[q]), si(ldrop[q]), pool)
+			stack, queue := splitStack(q)
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t\n", stackPrefix(stack), queue, si(lrx[q]), si(ltx[q]), si(ldrop[q]), pool)
 		}
 		tw.Flush()
 	}
 }
 
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
+// splitStack splits a key of withStack into the stack ("" if none) and
+// the label value.
+func splitStack(key string) (stack, v string) {
+	if i := strings.LastIndexByte(key, ' '); i >= 0 {
+		return key[:i], key[i+1:]
 	}
-	return false
+	return "", key
 }
 
-// sortNumeric sorts label values numerically where they are numbers.
+// stackPrefix is how a row names its stack: "client " or nothing.
+func stackPrefix(stack string) string {
+	if stack == "" {
+		return ""
+	}
+	return stack + " "
+}
+
+// sortNumeric sorts keys of withStack by stack, then by label value,
+// numerically where they are numbers.
 func sortNumeric(s []string) {
 	sort.Slice(s, func(i, j int) bool {
-		a, errA := strconv.Atoi(s[i])
-		b, errB := strconv.Atoi(s[j])
+		stackI, vi := splitStack(s[i])
+		stackJ, vj := splitStack(s[j])
+		if stackI != stackJ {
+			return stackI < stackJ
+		}
+		a, errA := strconv.Atoi(vi)
+		b, errB := strconv.Atoi(vj)
 		if errA == nil && errB == nil {
 			return a < b
 		}
-		return s[i] < s[j]
+		return vi < vj
 	})
 }
 
@@ -353,7 +396,7 @@ func dur(s float64) string {
 	case math.IsNaN(s):
 		return "-"
 	case math.IsInf(s, 1):
-		return ">4s"
+		return ">2.1s" // beyond the last bucket (2^31 ns)
 	}
 	return time.Duration(s * 1e9).String()
 }

@@ -85,7 +85,7 @@ func setupAFXDP(ctx context.Context, r *runCfg, td *teardown, stackServer bool) 
 	}
 	if stackServer {
 		srv, err := r.startEnvChild(ctx, td, nsP, "afxdp server", env,
-			r.childArgs("server", "-net", netPolarnet, "-listen", netip.AddrPortFrom(afxdpStack.Addr(), 0).String()))
+			append(r.childArgs("server", "-net", netPolarnet, "-listen", netip.AddrPortFrom(afxdpStack.Addr(), 0).String()), r.metricsArgs(0)...))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -97,7 +97,7 @@ func setupAFXDP(ctx context.Context, r *runCfg, td *teardown, stackServer bool) 
 		return nil, nil, err
 	}
 	cli, err := r.startEnvChild(ctx, td, nsP, "afxdp client", env,
-		r.childArgs("client", "-net", netPolarnet, "-case", r.test.String(), "-retrans=true"))
+		append(r.childArgs("client", "-net", netPolarnet, "-case", r.test.String(), "-retrans=true"), r.metricsArgs(0)...))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -97,12 +97,12 @@ func setupMemif(ctx context.Context, r *runCfg, td *teardown) (serverEnd, client
 		return c, nil
 	}
 	srv, err := start("memif server", env("server", memifServer),
-		r.childArgs("server", "-net", netPolarnet, "-listen", netip.AddrPortFrom(memifServer.Addr(), 0).String()))
+		append(r.childArgs("server", "-net", netPolarnet, "-listen", netip.AddrPortFrom(memifServer.Addr(), 0).String()), r.metricsArgs(0)...))
 	if err != nil {
 		return nil, nil, fmt.Errorf("p2p-memif: %w", err)
 	}
 	cli, err := start("memif client", env("client", memifClient, "waitup="+memifWaitUp),
-		r.childArgs("client", "-net", netPolarnet, "-case", r.test.String(), "-retrans=true"))
+		append(r.childArgs("client", "-net", netPolarnet, "-case", r.test.String(), "-retrans=true"), r.metricsArgs(1)...))
 	if err != nil {
 		return nil, nil, fmt.Errorf("p2p-memif: %w", err)
 	}

@@ -70,9 +70,10 @@ type netEnd struct {
 	listen  func(addr string) (net.Listener, error)
 	dialer  func(addr string) (dialFunc, error)
 	retrans func() int64
-	drops   func() int64 // nil: not known (kernel)
-	frames  func() int64 // TX frames; nil: not known (kernel, vanilla)
-	dev     string       // a TAP device the end created, for the orchestrator to plug
+	drops   func() int64    // nil: not known (kernel)
+	frames  func() int64    // TX frames; nil: not known (kernel, vanilla)
+	dev     string          // a TAP device the end created, for the orchestrator to plug
+	stack   *polarnet.Stack // nil: not a polarnet end
 	close   func() error
 }
 
@@ -153,6 +154,7 @@ func stackNet(st *polarnet.Stack) *netEnd {
 		retrans: func() int64 { return stackRetrans(st) },
 		drops:   func() int64 { return int64(st.Stats().Total.TxRingFull) },
 		frames:  func() int64 { return int64(st.Stats().Total.TxFrames) },
+		stack:   st,
 		close:   st.Close,
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/polarnet/polarnet/polarnet"
 )
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -110,6 +112,7 @@ func addOpts(fs *flag.FlagSet) *opts {
 	fs.Float64Var(&o.noise, "noise", 0.2, "CPUs other processes may use during a run before it is repeated")
 	fs.IntVar(&o.retries, "retries", 2, "extra attempts of a run disturbed by other processes")
 	fs.BoolVar(&o.verbose, "v", false, "print every attempt")
+	fs.StringVar(&o.metrics, "metrics", "", "HOST:PORT where the polarnet ends serve their metrics while a run lasts: Prometheus at /metrics (label stack=client|server), expvar at /debug/vars (p2p-memif's client: the next port; AF_XDP modes: in the end's namespace)")
 	return o
 }
 
@@ -182,6 +185,9 @@ func (o *opts) check(needPriv bool) error {
 	if o.duration <= 0 || o.warmup < 0 || o.duration > time.Hour {
 		return errors.New("-duration must be in (0, 1h] and -warmup not negative")
 	}
+	if err := checkMetricsAddr(o.metrics); err != nil {
+		return err
+	}
 	if needPriv && os.Geteuid() != 0 {
 		return errors.New("this mode needs root (network namespaces, veth and TAP devices)")
 	}
@@ -216,6 +222,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err := o.check(modes[m.Name].priv); err != nil {
 		return err
 	}
+	o.announceMetrics(stderr)
 	ctx, stop := interruptible()
 	defer stop()
 	var results []result
@@ -240,6 +247,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "medians of %d runs [min–max]: %s\n", len(results), row.summary())
 	}
 	return nil
+}
+
+// announceMetrics says where -metrics serves, if set.
+func (o *opts) announceMetrics(w io.Writer) {
+	if o.metrics != "" {
+		fmt.Fprintf(w, "rpcbench: polarnet ends serve their metrics at http://%s/metrics while each run lasts\n", o.metrics)
+	}
 }
 
 func progressWriter(o *opts, w io.Writer) io.Writer {
@@ -325,6 +339,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
+	o.announceMetrics(stderr)
 	ctx, stop := interruptible()
 	defer stop()
 	if err := cmp.run(ctx, stderr); err != nil {
@@ -360,6 +375,7 @@ type endFlags struct {
 	procs   int
 	queues  int
 	pin     int
+	metrics string
 }
 
 func addEndFlags(fs *flag.FlagSet) *endFlags {
@@ -372,6 +388,7 @@ func addEndFlags(fs *flag.FlagSet) *endFlags {
 	fs.IntVar(&e.queues, "queues", 1, "internal: queue pairs (so shards) of a -net polarnet-tap stack's TAP device")
 	fs.IntVar(&e.procs, "procs", 0, "GOMAXPROCS of a polarnet end (0: Go's default; -pin makes it 1)")
 	fs.IntVar(&e.pin, "pin", -1, "run on this CPU only, with GOMAXPROCS=1")
+	fs.StringVar(&e.metrics, "metrics", "", "HOST:PORT where a polarnet end serves its stack's metrics: Prometheus at /metrics, expvar at /debug/vars")
 	return e
 }
 
@@ -430,6 +447,11 @@ func cmdServer(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ne.close()
+	stopMetrics, err := serveMetrics(ef.metrics, map[string]*polarnet.Stack{"server": ne.stack})
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	srv, err := newLocalServer(ne, *listen)
 	if err != nil {
 		return err
@@ -478,6 +500,11 @@ func cmdClient(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ne.close()
+	stopMetrics, err := serveMetrics(ef.metrics, map[string]*polarnet.Stack{"client": ne.stack})
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	cli := &localClient{ne: ne, test: t}
 	defer cli.Close()
 	if ef.control {
@@ -525,6 +552,11 @@ func cmdPair(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer p.Close()
+	stopMetrics, err := serveMetrics(ef.metrics, map[string]*polarnet.Stack{"server": p.srvNet.stack, "client": p.cliNet.stack})
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	return controlLoop(os.Stdin, stdout, ctlReply{Addr: p.srv.Addr()}, func(req ctlRequest) ctlReply {
 		if req.Cmd == "snap" {
 			return serverSnap(p.srv)

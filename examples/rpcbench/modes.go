@@ -69,6 +69,7 @@ type runCfg struct {
 	pinCPU  int // the CPU pinned runs use
 	exe     string
 	verbose bool
+	metrics string // -metrics
 }
 
 // childArgs are a child's command line: role, what, and the flags every
@@ -93,6 +94,9 @@ func (r *runCfg) childArgs(role string, what ...string) []string {
 
 func (r *runCfg) startServer(ctx context.Context, td *teardown, ns *netns.NS, net, listen string) (remoteServer, error) {
 	args := r.childArgs("server", "-net", net, "-listen", listen)
+	if net != netKernel {
+		args = append(args, r.metricsArgs(0)...)
+	}
 	c, err := startChild(ctx, r.exe, ns, net+" server", r.echo(), args...)
 	if err != nil {
 		return remoteServer{}, err
@@ -103,6 +107,9 @@ func (r *runCfg) startServer(ctx context.Context, td *teardown, ns *netns.NS, ne
 
 func (r *runCfg) startClient(ctx context.Context, td *teardown, ns *netns.NS, net string, retrans bool) (remoteClient, error) {
 	args := r.childArgs("client", "-net", net, "-case", r.test.String(), "-retrans="+strconv.FormatBool(retrans))
+	if net != netKernel {
+		args = append(args, r.metricsArgs(0)...)
+	}
 	c, err := startChild(ctx, r.exe, ns, net+" client", r.echo(), args...)
 	if err != nil {
 		return remoteClient{}, err
@@ -226,6 +233,9 @@ func setupK2P(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEn
 // is memory, so they must share one), whose CPU time is then the total.
 func setupPipe(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEnd, error) {
 	args := append(r.childArgs("pair", "-mode", r.def.name, "-case", r.test.String()), "-ring", strconv.Itoa(r.mode.Ring))
+	if r.def.client == "polarnet" { // not vanilla-pipe
+		args = append(args, r.metricsArgs(0)...)
+	}
 	c, err := startChild(ctx, r.exe, nil, r.def.name+" pair", r.echo(), args...)
 	if err != nil {
 		return nil, nil, err

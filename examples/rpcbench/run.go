@@ -24,6 +24,7 @@ type opts struct {
 	noise            float64       // CPUs other processes may use during a run before it is repeated
 	retries          int           // extra attempts for disturbed runs, per row
 	verbose          bool
+	metrics          string // -metrics: where polarnet ends serve their metrics
 	exe              string
 }
 
@@ -106,7 +107,7 @@ func runOnce(ctx context.Context, o *opts, m modeSpec, t testSpec) (res result, 
 	if m.Poll == "" {
 		m.Poll = o.poll
 	}
-	r := &runCfg{test: t, mode: m, def: def, pinCPU: o.pinCPU, exe: o.exe, verbose: o.verbose}
+	r := &runCfg{test: t, mode: m, def: def, pinCPU: o.pinCPU, exe: o.exe, verbose: o.verbose, metrics: o.metrics}
 	td := newTeardown()
 	defer func() { err = errors.Join(err, td.run()) }()
 	srv, cli, err := def.setup(ctx, r, td)

@@ -4,6 +4,7 @@
 //
 //	http.Handle("/metrics", prom.Handler(st))               // a registry of its own
 //	err := prom.Register(prometheus.DefaultRegisterer, st, nil) // or the default one
+//	http.Handle("/metrics", prom.StacksHandler(map[string]*polarnet.Stack{"a": a, "b": b})) // several, by label stack
 //
 // Only programs that import this package link client_golang.
 package prom
@@ -82,7 +83,23 @@ func Register(reg prometheus.Registerer, st *polarnet.Stack, constLabels prometh
 // Handler returns an HTTP handler serving st's metrics, with the Go
 // runtime's and the process's, from a registry of its own.
 func Handler(st *polarnet.Stack) http.Handler {
+	return handler(NewCollector(st, nil))
+}
+
+// StacksHandler is Handler for several stacks of one process: the series of
+// stacks[name] carry the label stack="name".
+func StacksHandler(stacks map[string]*polarnet.Stack) http.Handler {
+	cs := make([]prometheus.Collector, 0, len(stacks))
+	for name, st := range stacks {
+		cs = append(cs, NewCollector(st, prometheus.Labels{"stack": name}))
+	}
+	return handler(cs...)
+}
+
+// handler serves cs with the Go runtime's and the process's collectors from
+// a registry of its own.
+func handler(cs ...prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(st, nil), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }

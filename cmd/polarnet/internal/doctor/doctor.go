@@ -4,6 +4,7 @@
 package doctor
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -447,7 +448,7 @@ func checkDPDK(e *Env, r *Report) {
 func checkHugepages(e *Env, r *Report) {
 	dirs, _ := filepath.Glob(e.path("/sys/kernel/mm/hugepages/hugepages-*"))
 	var reserved []string
-	total := 0
+	total, totalFree := 0, 0
 	for _, d := range dirs {
 		n, _ := os.ReadFile(filepath.Join(d, "nr_hugepages"))
 		free, _ := os.ReadFile(filepath.Join(d, "free_hugepages"))
@@ -456,6 +457,8 @@ func checkHugepages(e *Env, r *Report) {
 			size := strings.TrimPrefix(filepath.Base(d), "hugepages-")
 			reserved = append(reserved, fmt.Sprintf("%d x %s (%s free)", nr, size, strings.TrimSpace(string(free))))
 			total += nr
+			f, _ := strconv.Atoi(strings.TrimSpace(string(free)))
+			totalFree += f
 		}
 	}
 	mounts, _ := e.read("/proc/mounts")
@@ -474,6 +477,13 @@ func checkHugepages(e *Env, r *Report) {
 		r.add("hugepages", Warn, "none reserved, hugetlbfs not mounted", reserve+"\n"+mount+"\n"+noHuge)
 	case total == 0:
 		r.add("hugepages", Warn, "none reserved (hugetlbfs mounted on "+strings.Join(hugefs, ", ")+")", reserve+"\n"+noHuge)
+	case totalFree == 0:
+		// The DPDK link refuses to start EAL then (dpdk.ErrNoHugepages).
+		fix := "reserve more: raise nr_hugepages above the pages in use (grep Huge /proc/meminfo)"
+		if len(hugefs) == 0 {
+			fix += "\n" + mount
+		}
+		r.add("hugepages", Warn, "reserved "+strings.Join(reserved, ", ")+", but none is free: other programs hold them all", fix+"\n"+noHuge)
 	case len(hugefs) == 0:
 		r.add("hugepages", Warn, "reserved "+strings.Join(reserved, ", ")+", but hugetlbfs is not mounted", mount+"\n"+noHuge)
 	default:
@@ -556,11 +566,16 @@ func checkRDMA(e *Env, r *Report) {
 		if _, err := os.Stat(e.path("/sys/class/infiniband")); err == nil {
 			why = "/sys/class/infiniband is empty"
 		}
-		if _, err := os.Stat(e.path("/sys/module/ib_core")); err != nil {
+		fix := "on a host with an RDMA NIC, load its driver: modprobe mlx5_ib (Mellanox/NVIDIA), irdma (Intel), bnxt_re (Broadcom)\nfor software RoCE over an Ethernet NIC: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0"
+		switch _, err := os.Stat(e.path("/sys/module/ib_core")); {
+		case err == nil:
+		case strings.Contains(e.kernelConfig(), "# CONFIG_INFINIBAND is not set"):
+			why += "; this kernel is built without RDMA support (CONFIG_INFINIBAND is not set in /proc/config.gz): no driver can load here"
+			fix = "boot a kernel built with CONFIG_INFINIBAND and the RDMA NIC's driver (CONFIG_MLX5_INFINIBAND, CONFIG_INFINIBAND_IRDMA, ...) or CONFIG_RDMA_RXE for software RoCE; on this kernel the RDMA link cannot run"
+		default:
 			why += "; the RDMA core (ib_core) is not loaded: this kernel has no RDMA support, or no RDMA NIC's driver is loaded"
 		}
-		r.add("RDMA devices", Fail, "no RDMA device: "+why,
-			"on a host with an RDMA NIC, load its driver: modprobe mlx5_ib (Mellanox/NVIDIA), irdma (Intel), bnxt_re (Broadcom)\nfor software RoCE over an Ethernet NIC: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0")
+		r.add("RDMA devices", Fail, "no RDMA device: "+why, fix)
 	}
 	uverbs, _ := filepath.Glob(e.path("/dev/infiniband/uverbs*"))
 	if len(devs) > 0 && len(uverbs) == 0 {
@@ -575,6 +590,22 @@ func checkRDMA(e *Env, r *Report) {
 	}
 	r.add("build", Info, "the RDMA link is compiled in with cgo and -tags rdma", "")
 	checkMemlock(e, r, 64<<20, "registered memory regions")
+}
+
+// kernelConfig returns the running kernel's build configuration from
+// /proc/config.gz, "" where the kernel does not expose it.
+func (e *Env) kernelConfig() string {
+	f, err := os.Open(e.path("/proc/config.gz"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(z, 4<<20))
+	return string(b)
 }
 
 // checkCPU reports the CPU frequency governor and isolated cores, which
@@ -608,7 +639,51 @@ func checkCPU(e *Env, r *Report) {
 			detail += "; nohz_full: " + nohz
 		}
 		r.add("isolated cores", OK, detail+" (give them to Config.CPUs with PollBusy)", "")
+	} else if cpus := isolateExample(e); cpus != "" {
+		r.add("isolated cores", Info, fmt.Sprintf("none: fine for adaptive polling; for PollBusy, isolate cores with isolcpus=%s nohz_full=%s rcu_nocbs=%s on the kernel command line and set Config.CPUs", cpus, cpus, cpus), "")
 	} else {
-		r.add("isolated cores", Info, "none: fine for adaptive polling; for PollBusy, isolate cores with isolcpus=2-3 nohz_full=2-3 rcu_nocbs=2-3 on the kernel command line and set Config.CPUs", "")
+		r.add("isolated cores", Info, "none, and one CPU online: nothing to isolate for PollBusy; adaptive polling is the mode for this host", "")
 	}
+}
+
+// isolateExample suggests CPUs to isolate for busy polling: the upper half
+// of the online ones ("2-3" of 0-3, "1" of 0-1), leaving the rest to the
+// kernel and other programs; "" with fewer than two online (or unknown,
+// then "2-3" as of a 4-CPU host).
+func isolateExample(e *Env) string {
+	online, err := e.read("/sys/devices/system/cpu/online")
+	if err != nil {
+		return "2-3"
+	}
+	var cpus []int
+	for _, part := range strings.Split(strings.TrimSpace(online), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, errA := strconv.Atoi(lo)
+		b, errB := a, errA
+		if isRange {
+			b, errB = strconv.Atoi(hi)
+		}
+		if errA != nil || errB != nil || b < a {
+			return "2-3"
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) < 2 {
+		return ""
+	}
+	top := cpus[len(cpus)-len(cpus)/2:]
+	first, last := top[0], top[len(top)-1]
+	switch {
+	case first == last:
+		return strconv.Itoa(first)
+	case last-first == len(top)-1:
+		return fmt.Sprintf("%d-%d", first, last)
+	}
+	parts := make([]string, len(top))
+	for i, c := range top {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, ",")
 }

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"os"
 	"path/filepath"
@@ -195,4 +196,92 @@ func TestPrint(t *testing.T) {
 		"        fix:             line one\n"+
 		"                         line two\n"+
 		"  => dpdk: ready\n", b.String())
+}
+
+// The cores suggested for isolation exist on the host: the upper half of
+// the online CPUs, none on a single CPU.
+func TestIsolateExample(t *testing.T) {
+	for online, want := range map[string]string{
+		"0-1\n":         "1",
+		"0-3\n":         "2-3",
+		"0-7\n":         "4-7",
+		"0-2,4-6\n":     "4-6",
+		"0,2,4,6\n":     "4,6",
+		"0\n":           "",
+		"garbage\n":     "2-3",
+		"0-63\n":        "32-63",
+		"0-1,8-9,12\n":  "9,12",
+		"3-1\n":         "2-3",
+		"0-1,3\n":       "3",
+		" 0-5 \n":       "3-5",
+		"0-2\n":         "2",
+		"1-2\n":         "2",
+		"0-1,4-5\n":     "4-5",
+		"0,1,2,3,4,5\n": "3-5",
+	} {
+		env := &Env{Root: fakeRoot(t, map[string]string{"sys/devices/system/cpu/online": online})}
+		assert.Equal(t, want, isolateExample(env), "online %q", online)
+	}
+	assert.Equal(t, "2-3", isolateExample(&Env{Root: t.TempDir()}), "unknown: the 4-CPU example")
+
+	r := runOne(t, &Env{Root: fakeRoot(t, map[string]string{"proc/self/status": rootStatus, "sys/devices/system/cpu/online": "0-1\n"})}, "tap")
+	assert.Equal(t, "none: fine for adaptive polling; for PollBusy, isolate cores with isolcpus=1 nohz_full=1 rcu_nocbs=1 on the kernel command line and set Config.CPUs",
+		find(t, r, "isolated cores").Detail)
+	r = runOne(t, &Env{Root: fakeRoot(t, map[string]string{"proc/self/status": rootStatus, "sys/devices/system/cpu/online": "0\n"})}, "tap")
+	assert.Contains(t, find(t, r, "isolated cores").Detail, "one CPU online: nothing to isolate")
+}
+
+// Hugepages reserved in a mounted hugetlbfs are OK; a mount without any
+// reserved is a warning whose fix reserves them, and the verdict still
+// follows the libraries alone.
+func TestDPDKMountedButNoneReserved(t *testing.T) {
+	root := fakeRoot(t, map[string]string{
+		"proc/self/status": rootStatus,
+		"sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages":   "0\n",
+		"sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages": "0\n",
+		"proc/mounts": "nodev /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n",
+	})
+	env := &Env{Root: root, Run: fakeRun(map[string]string{"pkg-config --modversion libdpdk": "22.11.11\n"})}
+	r := runOne(t, env, "dpdk")
+	hp := find(t, r, "hugepages")
+	assert.Equal(t, Warn, hp.Status)
+	assert.Equal(t, "none reserved (hugetlbfs mounted on /dev/hugepages)", hp.Detail)
+	assert.Equal(t, "echo 512 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages\n(or run EAL without hugepages: --no-huge -m 256, slower)", hp.Fix)
+	assert.True(t, r.Ready(), "libraries present: ready, hugepages or not (EAL runs with --no-huge)")
+}
+
+// Hugepages reserved and mounted but all in use: the DPDK link would refuse
+// to start EAL (dpdk.ErrNoHugepages), so it is a warning, not OK.
+func TestDPDKHugepagesAllInUse(t *testing.T) {
+	root := fakeRoot(t, map[string]string{
+		"proc/self/status": rootStatus,
+		"sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages":   "512\n",
+		"sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages": "0\n",
+		"proc/mounts": "nodev /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n",
+	})
+	env := &Env{Root: root, Run: fakeRun(map[string]string{"pkg-config --modversion libdpdk": "22.11.11\n"})}
+	hp := find(t, runOne(t, env, "dpdk"), "hugepages")
+	assert.Equal(t, Warn, hp.Status)
+	assert.Equal(t, "reserved 512 x 2048kB (0 free), but none is free: other programs hold them all", hp.Detail)
+	assert.Contains(t, hp.Fix, "raise nr_hugepages")
+	assert.Contains(t, hp.Fix, "--no-huge")
+	assert.NotContains(t, hp.Fix, "mount -t", "hugetlbfs is mounted")
+}
+
+// A kernel built without InfiniBand (as this project's VMs are) gets a
+// definite explanation, not a modprobe that cannot work.
+func TestRDMAKernelWithoutInfiniBand(t *testing.T) {
+	var cfg bytes.Buffer
+	z := gzip.NewWriter(&cfg)
+	_, err := z.Write([]byte("CONFIG_NET=y\n# CONFIG_MODULES is not set\n# CONFIG_INFINIBAND is not set\n"))
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	root := fakeRoot(t, map[string]string{"proc/self/status": rootStatus, "proc/config.gz": cfg.String()})
+	r := runOne(t, &Env{Root: root, RDMADevices: func() []string { return nil }, Run: fakeRun(nil)}, "rdma")
+	assert.False(t, r.Ready())
+	d := find(t, r, "RDMA devices")
+	assert.Equal(t, Fail, d.Status)
+	assert.Equal(t, "no RDMA device: /sys/class/infiniband does not exist; this kernel is built without RDMA support (CONFIG_INFINIBAND is not set in /proc/config.gz): no driver can load here", d.Detail)
+	assert.Contains(t, d.Fix, "boot a kernel built with CONFIG_INFINIBAND")
+	assert.NotContains(t, d.Fix, "modprobe")
 }
