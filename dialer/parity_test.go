@@ -235,12 +235,29 @@ func TestErrorParityWithNet(t *testing.T) {
 			_, err := w.dialer.Dial("tcp6", net.JoinHostPort(w.serverHost, "80"))
 			return shapeOf(err, w.serverHost)
 		}},
+		{"listen missing port", func(t *testing.T, w *world) shape {
+			_, err := w.lc.Listen(t.Context(), "tcp", w.serverHost)
+			return shapeOf(err, w.serverHost)
+		}},
+		{"listen bad port", func(t *testing.T, w *world) shape {
+			_, err := w.lc.Listen(t.Context(), "tcp", net.JoinHostPort(w.serverHost, "99999"))
+			return shapeOf(err, w.serverHost)
+		}},
+		{"listen unknown network", func(t *testing.T, w *world) shape {
+			_, err := w.lc.Listen(t.Context(), "tcp7", net.JoinHostPort(w.serverHost, "0"))
+			return shapeOf(err, w.serverHost)
+		}},
+		{"listen wrong family", func(t *testing.T, w *world) shape {
+			_, err := w.lc.Listen(t.Context(), "tcp6", net.JoinHostPort(w.serverHost, "0"))
+			return shapeOf(err, w.serverHost)
+		}},
 	}
 	ws := worlds(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			want := sc.run(t, &ws[0])
 			got := sc.run(t, &ws[1])
+			t.Logf("net: %+v", want)
 			assert.Equal(t, want, got)
 		})
 	}

@@ -106,6 +106,19 @@ func (in *injector) waitRx(t *testing.T, want uint64) polarnet.Stats {
 	return st
 }
 
+// waitDrop waits until drop counter name has reached want: RxFrames moves
+// when a burst arrives, a drop counter only once its frame is worked on, so
+// waitRx alone can return before it.
+func (in *injector) waitDrop(t *testing.T, name string, want uint64) polarnet.Stats {
+	t.Helper()
+	var st polarnet.Stats
+	require.Eventually(t, func() bool {
+		st = in.stack.Stats()
+		return dropsOf(st.Total)[name] >= want
+	}, 5*time.Second, time.Millisecond, "%s never reached %d", name, want)
+	return st
+}
+
 // dropsOf lists every drop counter of a ShardStats by name.
 func dropsOf(s polarnet.ShardStats) map[string]uint64 {
 	return map[string]uint64{
@@ -172,7 +185,8 @@ func TestStatsCountReceivedFrames(t *testing.T) {
 func TestStatsMalformedFrameCountsBadFrameOnly(t *testing.T) {
 	in := newInjector(t, nil)
 	in.send(t, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) // shorter than an Ethernet header
-	st := in.waitRx(t, 1)
+	in.waitRx(t, 1)
+	st := in.waitDrop(t, "RxBadFrame", 1)
 	onlyDrop(t, st.Total, "RxBadFrame", 1)
 	assert.Zero(t, st.Total.TxFrames, "a dropped frame is not answered")
 	assert.Zero(t, in.stack.ProtocolStatsTotal().IP.PacketsReceived.Value(), "it never reached gVisor")
@@ -225,7 +239,8 @@ func TestStatsBadChecksumCountsChecksumOnly(t *testing.T) {
 	defer sock.Close()
 	dst := netip.AddrPortFrom(addrA.Addr(), 7000)
 	in.send(t, udpFrame(in.mac, dst, []byte("corrupted"), true))
-	st := in.waitRx(t, 1)
+	in.waitRx(t, 1)
+	st := in.waitDrop(t, "RxChecksum", 1)
 	onlyDrop(t, st.Total, "RxChecksum", 1)
 
 	// A good frame after it is delivered and counted as such.

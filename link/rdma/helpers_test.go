@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -33,10 +34,20 @@ func newFakeLink(t *testing.T, w *fakeWire, n byte, cfg Config, prep func(*fakeD
 	}
 	cfg, err := cfg.check()
 	require.NoError(t, err)
+	snap := leakcheck.Take()
 	l, err := build(cfg, fakePort(d.name, macN(n), 9216), d)
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	return &fakeLink{l, d}
+	fl := &fakeLink{l, d}
+	// Whatever a test did, closing the link gives every buffer back, leaves
+	// no work request on the device, and no goroutine or fd behind.
+	// Cleanups run last-in first-out: a link created later is closed and
+	// checked first, so each snapshot sees the links made before it.
+	t.Cleanup(func() {
+		assert.NoError(t, l.Close())
+		requireAllFree(t, fl)
+		snap.Check(t)
+	})
+	return fl
 }
 
 // ownMAC gives a link a MAC of its own: every frame to it is the link's.

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/internal/xfer"
@@ -134,7 +135,8 @@ func TestEnvFallback(t *testing.T) {
 
 // TestHardware runs the link on real hardware: the link suite against a
 // packet socket on a peer interface, then TCP between a polarnet stack on
-// the link and the kernel on the peer. It needs root, an RDMA port with raw
+// the link and the kernel on the peer (RSS prediction, then transfers and
+// HTTP in both directions). It needs root, an RDMA port with raw
 // packet support (POLARNET_RDMA_NETDEV) and an interface on the same
 // Ethernet segment (POLARNET_RDMA_PEER_NETDEV); see README.md. It is the
 // one test that skips: hosts without RDMA hardware cannot run it.
@@ -206,5 +208,28 @@ func TestHardware(t *testing.T) {
 		if l.Setup().RSS {
 			assert.Zero(t, stats.Total.HandoffOut, "RSS put a flow on another queue than RxQueue predicted: the device's Toeplitz input differs")
 		}
+	})
+
+	// KernelPeer is the short interop check every link runs against a
+	// kernel peer (as link/tap's TestTransfersOverTAP and TestHTTPOverTAP
+	// do): both directions, polarnet client to kernel server and kernel
+	// client to polarnet server, 1 B, 64 KiB and 64 MiB each way with
+	// SHA-256 and CloseWrite on both sides, then net/http both ways.
+	t.Run("KernelPeer", func(t *testing.T) {
+		l, err := New(Config{Netdev: dev, Queues: 2, Addrs: []netip.Addr{hwStack.Addr()}})
+		require.NoError(t, err)
+		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{hwStack}})
+		require.NoError(t, err)
+		defer st.Close()
+		for _, size := range []int64{1, 64 << 10, 64 << 20} {
+			for dir, p := range kpeer.Pairs(t, st, ns, hwPeer.Addr(), hwStack.Addr()) {
+				require.NoError(t, p[0].SetDeadline(time.Now().Add(time.Minute)))
+				require.NoError(t, p[1].SetDeadline(time.Now().Add(time.Minute)))
+				require.NoError(t, xfer.Exchange(p[0], p[1], size), "%s, %d bytes", dir, size)
+			}
+		}
+		kpeer.HTTP(t, st, ns, hwPeer.Addr(), hwStack.Addr())
+		t.Logf("stack: %+v", st.Stats().Total)
+		t.Logf("link: %+v", l.Stats())
 	})
 }
