@@ -102,10 +102,9 @@ func TestAPITCPConnMethodSet(t *testing.T) {
 		[]string{"Read", "Write", "Close", "CloseRead", "CloseWrite", "LocalAddr", "RemoteAddr",
 			"SetDeadline", "SetReadDeadline", "SetWriteDeadline", "SetNoDelay", "SetKeepAlive",
 			"SetKeepAlivePeriod", "SetKeepAliveConfig", "SetLinger", "SetReadBuffer", "SetWriteBuffer",
-			"ReadFrom", "WriteTo"},
-		// File descriptors (File, SyscallConn) and MPTCP have no meaning on
-		// a userspace stack.
-		[]string{"File", "SyscallConn", "MultipathTCP"})
+			"ReadFrom", "WriteTo", "MultipathTCP"},
+		// File descriptors have no meaning on a userspace stack.
+		[]string{"File", "SyscallConn"})
 }
 
 func TestAPITCPListenerMethodSet(t *testing.T) {
@@ -123,8 +122,9 @@ func TestAPIUDPConnMethodSet(t *testing.T) {
 	checkMethods(t, reflect.TypeFor[*polarnet.UDPConn](), reflect.TypeFor[*net.UDPConn](),
 		[]string{"Read", "Write", "Close", "LocalAddr", "RemoteAddr", "ReadFrom", "WriteTo",
 			"SetDeadline", "SetReadDeadline", "SetWriteDeadline", "SetReadBuffer", "SetWriteBuffer",
-			"ReadFromUDP", "WriteToUDP", "ReadFromUDPAddrPort", "WriteToUDPAddrPort"},
-		[]string{"File", "SyscallConn", "ReadMsgUDP", "ReadMsgUDPAddrPort", "WriteMsgUDP", "WriteMsgUDPAddrPort"})
+			"ReadFromUDP", "WriteToUDP", "ReadFromUDPAddrPort", "WriteToUDPAddrPort",
+			"ReadMsgUDP", "ReadMsgUDPAddrPort", "WriteMsgUDP", "WriteMsgUDPAddrPort"},
+		[]string{"File", "SyscallConn"})
 }
 
 func TestAPIDialerAndListenConfigFields(t *testing.T) {
@@ -136,7 +136,8 @@ func TestAPIDialerAndListenConfigFields(t *testing.T) {
 		return out
 	}
 	ours, ref := fields(reflect.TypeFor[dialer.Dialer]()), fields(reflect.TypeFor[net.Dialer]())
-	for _, name := range []string{"Timeout", "Deadline", "LocalAddr", "KeepAlive", "KeepAliveConfig", "Resolver"} {
+	for _, name := range []string{"Timeout", "Deadline", "LocalAddr", "KeepAlive", "KeepAliveConfig", "Resolver",
+		"FallbackDelay", "DualStack", "Control", "ControlContext"} {
 		if assert.Contains(t, ours, name) {
 			assert.Equal(t, ref[name], ours[name], "dialer.Dialer.%s", name)
 		}
@@ -144,7 +145,7 @@ func TestAPIDialerAndListenConfigFields(t *testing.T) {
 	assert.Equal(t, reflect.TypeFor[*polarnet.Stack](), ours["Stack"])
 
 	ours, ref = fields(reflect.TypeFor[listener.ListenConfig]()), fields(reflect.TypeFor[net.ListenConfig]())
-	for _, name := range []string{"KeepAlive", "KeepAliveConfig"} {
+	for _, name := range []string{"KeepAlive", "KeepAliveConfig", "Control"} {
 		if assert.Contains(t, ours, name) {
 			assert.Equal(t, ref[name], ours[name], "listener.ListenConfig.%s", name)
 		}

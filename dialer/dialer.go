@@ -4,9 +4,11 @@
 package dialer
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
@@ -37,9 +39,50 @@ type Dialer struct {
 	// Resolver resolves host names. Nil: the stack's (Stack.Resolver), or
 	// net.DefaultResolver for Go's net.
 	Resolver *net.Resolver
+	// FallbackDelay is how long a TCP dial to a name with addresses of
+	// both families waits for the first family before racing the other
+	// (RFC 6555, Happy Eyeballs). Zero: 300ms; negative: no racing, the
+	// addresses are tried one after another.
+	FallbackDelay time.Duration
+	// DualStack is ignored, as in net.Dialer: Happy Eyeballs is on unless
+	// FallbackDelay is negative.
+	//
+	// Deprecated: as net.Dialer.DualStack.
+	DualStack bool
+	// Control and ControlContext are called on the kernel path only, as
+	// net.Dialer calls them: a polarnet conn has no file descriptor to
+	// hand them.
+	Control        func(network, address string, c syscall.RawConn) error
+	ControlContext func(ctx context.Context, network, address string, c syscall.RawConn) error
 	// Stack is the stack to dial through. Nil: polarnet.Default().
 	Stack *polarnet.Stack
+
+	mptcp *bool // SetMultipathTCP's choice; nil: Go's default
 }
+
+// MultipathTCP reports whether MPTCP will be used, as
+// net.Dialer.MultipathTCP: never on a stack (gVisor has no MPTCP).
+func (d *Dialer) MultipathTCP() bool {
+	if st, _ := d.stack(); st != nil {
+		return false
+	}
+	return d.kernel().MultipathTCP()
+}
+
+// SetMultipathTCP asks Go's net for MPTCP on the kernel path; a stack has
+// no MPTCP and ignores it.
+func (d *Dialer) SetMultipathTCP(use bool) { d.mptcp = &use }
+
+// stack is the stack to dial through: nil for Go's net.
+func (d *Dialer) stack() (*polarnet.Stack, error) {
+	if d.Stack != nil {
+		return d.Stack, nil
+	}
+	return polarnet.Default()
+}
+
+// defaultFallbackDelay is net.Dialer's.
+const defaultFallbackDelay = 300 * time.Millisecond
 
 // Dial connects to address on the named network through the default stack.
 func Dial(network, address string) (net.Conn, error) {
@@ -67,12 +110,9 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 // DialContext connects to address on the named network (tcp, tcp4, tcp6,
 // udp, udp4, udp6) within ctx. Errors are *net.OpError as with net.Dialer.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	st := d.Stack
-	if st == nil {
-		var err error
-		if st, err = polarnet.Default(); err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-		}
+	st, err := d.stack()
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	if st == nil {
 		return d.kernel().DialContext(ctx, network, address)
@@ -101,6 +141,87 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: mapResolveErr(err)}
 	}
+	primaries, fallbacks := byFamily(addrs)
+	if n.Proto == "tcp" && len(fallbacks) > 0 && d.FallbackDelay >= 0 {
+		return d.dialParallel(ctx, st, n, laddr, primaries, fallbacks)
+	}
+	return d.dialSerial(ctx, st, n, laddr, addrs)
+}
+
+// byFamily splits addrs into those of the first one's family and the rest,
+// keeping their order.
+func byFamily(addrs []netip.AddrPort) (primaries, fallbacks []netip.AddrPort) {
+	for _, a := range addrs {
+		if a.Addr().Is4() == addrs[0].Addr().Is4() {
+			primaries = append(primaries, a)
+		} else {
+			fallbacks = append(fallbacks, a)
+		}
+	}
+	return primaries, fallbacks
+}
+
+// dialParallel races the fallback family against the primary one once the
+// primary has failed or FallbackDelay has passed; the first conn wins and
+// the other attempt is cancelled (closed, should it connect too). When both
+// fail, the primary's error is reported, as net does.
+func (d *Dialer) dialParallel(ctx context.Context, st *polarnet.Stack, n netaddr.Network, laddr netip.AddrPort, primaries, fallbacks []netip.AddrPort) (net.Conn, error) {
+	type result struct {
+		conn    net.Conn
+		err     error
+		primary bool
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan result, 2) // never blocks a racer
+	race := func(primary bool, addrs []netip.AddrPort) {
+		c, err := d.dialSerial(ctx, st, n, laddr, addrs)
+		results <- result{c, err, primary}
+	}
+	go race(true, primaries)
+	fallback := time.NewTimer(cmp.Or(d.FallbackDelay, defaultFallbackDelay))
+	defer fallback.Stop()
+	racing, fallbackStarted := 1, false
+	startFallback := func() {
+		if !fallbackStarted {
+			fallbackStarted = true
+			racing++
+			go race(false, fallbacks)
+		}
+	}
+	var primaryErr, fallbackErr error
+	for {
+		select {
+		case <-fallback.C:
+			startFallback()
+		case r := <-results:
+			racing--
+			if r.err == nil {
+				if racing > 0 {
+					go func() {
+						if r := <-results; r.conn != nil {
+							r.conn.Close()
+						}
+					}()
+				}
+				return r.conn, nil
+			}
+			if r.primary {
+				primaryErr = r.err
+				startFallback()
+			} else {
+				fallbackErr = r.err
+			}
+			if racing == 0 {
+				return nil, cmp.Or(primaryErr, fallbackErr)
+			}
+		}
+	}
+}
+
+// dialSerial tries addrs in order and reports the first error when none
+// connects.
+func (d *Dialer) dialSerial(ctx context.Context, st *polarnet.Stack, n netaddr.Network, laddr netip.AddrPort, addrs []netip.AddrPort) (net.Conn, error) {
 	var first error
 	for _, raddr := range addrs {
 		c, err := d.dialOne(ctx, st, n, laddr, raddr)
@@ -144,14 +265,21 @@ func (d *Dialer) deadline(now time.Time) (time.Time, bool) {
 }
 
 func (d *Dialer) kernel() *net.Dialer {
-	return &net.Dialer{
+	k := &net.Dialer{
 		Timeout:         d.Timeout,
 		Deadline:        d.Deadline,
 		LocalAddr:       d.LocalAddr,
 		KeepAlive:       d.KeepAlive,
 		KeepAliveConfig: d.KeepAliveConfig,
 		Resolver:        d.Resolver,
+		FallbackDelay:   d.FallbackDelay,
+		Control:         d.Control,
+		ControlContext:  d.ControlContext,
 	}
+	if d.mptcp != nil {
+		k.SetMultipathTCP(*d.mptcp)
+	}
+	return k
 }
 
 // localAddrs are what an empty host means for a dial: the stack itself.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
@@ -26,9 +27,27 @@ type ListenConfig struct {
 	KeepAliveConfig net.KeepAliveConfig
 	// Backlog is the accept queue length per shard. Zero: 4096.
 	Backlog int
+	// Control is called on the kernel path only, as net.ListenConfig calls
+	// it: a polarnet listener has no file descriptor to hand it.
+	Control func(network, address string, c syscall.RawConn) error
 	// Stack is the stack to listen on. Nil: polarnet.Default().
 	Stack *polarnet.Stack
+
+	mptcp *bool // SetMultipathTCP's choice; nil: Go's default
 }
+
+// MultipathTCP reports whether MPTCP will be used, as
+// net.ListenConfig.MultipathTCP: never on a stack (gVisor has no MPTCP).
+func (lc *ListenConfig) MultipathTCP() bool {
+	if st, _ := lc.stack("tcp"); st != nil {
+		return false
+	}
+	return lc.kernel().MultipathTCP()
+}
+
+// SetMultipathTCP asks Go's net for MPTCP on the kernel path; a stack has
+// no MPTCP and ignores it.
+func (lc *ListenConfig) SetMultipathTCP(use bool) { lc.mptcp = &use }
 
 // Listen announces on the local network address through the default stack.
 func Listen(network, address string) (net.Listener, error) {
@@ -115,5 +134,9 @@ func resolve(ctx context.Context, st *polarnet.Stack, proto, network, address st
 }
 
 func (lc *ListenConfig) kernel() *net.ListenConfig {
-	return &net.ListenConfig{KeepAlive: lc.KeepAlive, KeepAliveConfig: lc.KeepAliveConfig}
+	k := &net.ListenConfig{KeepAlive: lc.KeepAlive, KeepAliveConfig: lc.KeepAliveConfig, Control: lc.Control}
+	if lc.mptcp != nil {
+		k.SetMultipathTCP(*lc.mptcp)
+	}
+	return k
 }

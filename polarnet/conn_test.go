@@ -86,6 +86,53 @@ func TestUDPEcho(t *testing.T) {
 	}
 }
 
+// TestUDPMsg covers the ReadMsg/WriteMsg methods net.UDPConn has: data and
+// addresses as ReadFrom/WriteTo, no control messages either way.
+func TestUDPMsg(t *testing.T) {
+	a, b := newPair(t, linktest.PipeConfig{})
+	srv, err := b.ListenUDP("udp", netip.AddrPortFrom(addrB.Addr(), 0))
+	require.NoError(t, err)
+	defer srv.Close()
+	to := srv.LocalAddr().(*net.UDPAddr)
+	unconnected, err := a.ListenUDP("udp", netip.AddrPortFrom(addrA.Addr(), 0))
+	require.NoError(t, err)
+	defer unconnected.Close()
+	connected, err := a.DialUDP("udp", netip.AddrPort{}, to.AddrPort())
+	require.NoError(t, err)
+	defer connected.Close()
+	require.NoError(t, srv.SetReadDeadline(time.Now().Add(5*time.Second)))
+	oob := make([]byte, 64)
+	buf := make([]byte, 64)
+
+	n, oobn, err := unconnected.WriteMsgUDP([]byte("one"), nil, to)
+	require.NoError(t, err)
+	assert.Equal(t, []int{3, 0}, []int{n, oobn})
+	n, oobn, flags, from, err := srv.ReadMsgUDP(buf, oob)
+	require.NoError(t, err)
+	assert.Equal(t, "one", string(buf[:n]))
+	assert.Equal(t, []int{0, 0}, []int{oobn, flags}, "no control messages")
+	assert.Equal(t, unconnected.LocalAddr().String(), from.String())
+
+	_, _, err = connected.WriteMsgUDPAddrPort([]byte("two"), nil, netip.AddrPort{})
+	require.NoError(t, err, "the zero address is the connected peer")
+	n, _, _, fromAP, err := srv.ReadMsgUDPAddrPort(buf, oob)
+	require.NoError(t, err)
+	assert.Equal(t, "two", string(buf[:n]))
+	assert.Equal(t, connected.LocalAddr().(*net.UDPAddr).AddrPort(), fromAP)
+
+	_, _, err = connected.WriteMsgUDP([]byte("x"), nil, to)
+	assert.ErrorIs(t, err, net.ErrWriteToConnected, "as net: a connected conn takes no address")
+	_, _, err = unconnected.WriteMsgUDP([]byte("x"), []byte{1}, to)
+	assert.ErrorIs(t, err, syscall.EOPNOTSUPP, "control messages cannot be sent")
+	var opErr *net.OpError
+	require.ErrorAs(t, err, &opErr)
+	assert.Equal(t, "write", opErr.Op)
+
+	mptcp, err := (&polarnet.TCPConn{}).MultipathTCP()
+	assert.NoError(t, err)
+	assert.False(t, mptcp, "gVisor has no MPTCP")
+}
+
 func TestConnErrors(t *testing.T) {
 	a, b := newPair(t, linktest.PipeConfig{})
 	ctx := t.Context()

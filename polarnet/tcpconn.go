@@ -223,6 +223,10 @@ func (c *TCPConn) SetLinger(sec int) error {
 	})
 }
 
+// MultipathTCP reports whether the connection uses MPTCP, as
+// net.TCPConn.MultipathTCP: never, gVisor has no MPTCP.
+func (c *TCPConn) MultipathTCP() (bool, error) { return false, nil }
+
 // copyBufPool holds the buffers ReadFrom copies through, so applications that
 // io.Copy into a conn allocate nothing per call.
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"syscall"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
@@ -122,6 +123,19 @@ func (c *UDPConn) ReadFromUDPAddrPort(b []byte) (int, netip.AddrPort, error) {
 	return c.readFrom(b, true)
 }
 
+// ReadMsgUDP is ReadFromUDP for callers of net.UDPConn.ReadMsgUDP: a stack
+// delivers no control messages, so oobn and flags are always 0.
+func (c *UDPConn) ReadMsgUDP(b, oob []byte) (n, oobn, flags int, addr *net.UDPAddr, err error) {
+	n, addr, err = c.ReadFromUDP(b)
+	return n, 0, 0, addr, err
+}
+
+// ReadMsgUDPAddrPort is ReadMsgUDP returning a netip.AddrPort.
+func (c *UDPConn) ReadMsgUDPAddrPort(b, oob []byte) (n, oobn, flags int, addr netip.AddrPort, err error) {
+	n, addr, err = c.readFrom(b, true)
+	return n, 0, 0, addr, err
+}
+
 func (c *UDPConn) readFrom(b []byte, needAddr bool) (int, netip.AddrPort, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
@@ -184,6 +198,35 @@ func (c *UDPConn) WriteToUDPAddrPort(b []byte, addr netip.AddrPort) (int, error)
 	}
 	to := fullAddr(unmap(addr))
 	return c.writeTo(b, &to)
+}
+
+// WriteMsgUDP sends b to addr, or to the connected peer when addr is nil,
+// as net.UDPConn.WriteMsgUDP does. Control messages cannot be sent through
+// a stack: a non-empty oob fails with EOPNOTSUPP and sends nothing.
+func (c *UDPConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, err error) {
+	var ap netip.AddrPort
+	if addr != nil {
+		ap = addr.AddrPort()
+	}
+	return c.WriteMsgUDPAddrPort(b, oob, ap)
+}
+
+// WriteMsgUDPAddrPort is WriteMsgUDP with a netip.AddrPort; the zero
+// AddrPort means the connected peer.
+func (c *UDPConn) WriteMsgUDPAddrPort(b, oob []byte, addr netip.AddrPort) (n, oobn int, err error) {
+	if len(oob) > 0 {
+		var dst net.Addr
+		if addr.IsValid() {
+			dst = net.UDPAddrFromAddrPort(addr)
+		}
+		return 0, 0, c.opErrTo("write", dst, os.NewSyscallError("sendmsg", syscall.EOPNOTSUPP))
+	}
+	if !addr.IsValid() {
+		n, err = c.Write(b)
+	} else {
+		n, err = c.WriteToUDPAddrPort(b, addr)
+	}
+	return n, 0, err
 }
 
 func (c *UDPConn) writeTo(b []byte, to *tcpip.FullAddress) (int, error) {
