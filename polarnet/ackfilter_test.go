@@ -264,7 +264,7 @@ func TestACKDelayHoldsThenReleases(t *testing.T) {
 	q.flush()
 	assert.Len(t, rq.acks(), 2)
 	require.Eventually(t, func() bool {
-		q.clock.runDue()
+		q.clock.runDue(q.clock.read())
 		return len(rq.acks()) == 3
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint32(300), rq.acks()[2])

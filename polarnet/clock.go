@@ -19,16 +19,17 @@ import (
 type shardClock struct {
 	tcpip.Clock // Now
 
-	// frozen is NowMonotonic, in ns since base, while the poller works
-	// through a burst (0 otherwise): gVisor reads the clock several times
-	// per segment, and one read per burst is exact enough for RTTs and
-	// timestamps. Values stay monotonic: a burst's reading never precedes
-	// one taken before it.
+	// Times are nanoseconds since base on the monotonic clock. frozen is
+	// the present while the poller works through a burst (0 otherwise):
+	// gVisor reads the clock several times per segment and resets a timer
+	// or two, and the poller's one reading per iteration is exact enough
+	// for RTTs, timestamps and deadlines. Readings stay monotonic: a
+	// burst's never precedes one taken before it.
 	base   time.Time
 	frozen atomic.Int64
 
-	// earliest is the deadline of the first timer in UnixNano (MaxInt64 when
-	// there is none), so the poller can skip the lock when nothing is due.
+	// earliest is the deadline of the first timer (MaxInt64 when there is
+	// none), so the poller can skip the lock when nothing is due.
 	earliest atomic.Int64
 	wake     func() // interrupts the poller if it sleeps
 	// protocolFloor is the shortest delay a gVisor timer gets (not ours):
@@ -38,7 +39,7 @@ type shardClock struct {
 	mu       sync.Mutex
 	timers   timerHeap
 	alarm    *time.Timer // wakes the sleeping poller for timers[0]
-	alarmAt  time.Time
+	alarmAt  int64
 	detached bool // the poller is gone: timers run on their own
 }
 
@@ -50,14 +51,19 @@ func newShardClock(wake func()) *shardClock {
 	return c
 }
 
-// NowMonotonic implements tcpip.Clock.
-func (c *shardClock) NowMonotonic() tcpip.MonotonicTime {
-	ns := c.frozen.Load()
-	if ns == 0 {
-		ns = int64(time.Since(c.base))
+// now is the present: the burst's reading while one is frozen.
+func (c *shardClock) now() int64 {
+	if ns := c.frozen.Load(); ns != 0 {
+		return ns
 	}
-	return monotonicFromNanos(ns)
+	return c.read()
 }
+
+// read reads the clock.
+func (c *shardClock) read() int64 { return int64(time.Since(c.base)) }
+
+// NowMonotonic implements tcpip.Clock.
+func (c *shardClock) NowMonotonic() tcpip.MonotonicTime { return monotonicFromNanos(c.now()) }
 
 // monotonicFromNanos is tcpip.MonotonicTime{}.Add(ns) without its detour
 // through time.Time, which cost as much as reading the clock. MonotonicTime
@@ -66,9 +72,9 @@ func monotonicFromNanos(ns int64) tcpip.MonotonicTime {
 	return *(*tcpip.MonotonicTime)(unsafe.Pointer(&ns))
 }
 
-// freeze makes NowMonotonic return the present until thaw; the poller
-// brackets the work of a burst with them.
-func (c *shardClock) freeze() { c.frozen.Store(int64(time.Since(c.base))) }
+// freeze makes now return the poller's reading (from read) until thaw; the
+// poller brackets the work of a burst with them.
+func (c *shardClock) freeze(now int64) { c.frozen.Store(now) }
 
 func (c *shardClock) thaw() { c.frozen.Store(0) }
 
@@ -89,15 +95,14 @@ func (c *shardClock) afterFuncExact(d time.Duration, f func()) tcpip.Timer {
 	return t
 }
 
-// runDue calls the timers that are due; the poller calls it every iteration.
-func (c *shardClock) runDue() {
-	now := time.Now()
-	if c.earliest.Load() > now.UnixNano() {
+// runDue calls the timers due at now; the poller calls it every iteration.
+func (c *shardClock) runDue(now int64) {
+	if c.earliest.Load() > now {
 		return
 	}
 	var due []*shardTimer
 	c.mu.Lock()
-	for len(c.timers) > 0 && !c.timers[0].when.After(now) {
+	for len(c.timers) > 0 && c.timers[0].when <= now {
 		due = append(due, heap.Pop(&c.timers).(*shardTimer))
 	}
 	c.rearmLocked()
@@ -113,9 +118,10 @@ func (c *shardClock) detach() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.detached = true
+	now := c.read()
 	for _, t := range c.timers {
 		t.index = -1
-		t.startGoTimer(time.Until(t.when))
+		t.startGoTimer(time.Duration(t.when - now))
 	}
 	c.timers = nil
 	c.earliest.Store(noTimer)
@@ -131,15 +137,16 @@ func (c *shardClock) rearmLocked() {
 		return
 	}
 	when := c.timers[0].when
-	c.earliest.Store(when.UnixNano())
-	if c.alarm != nil && c.alarmAt.Equal(when) {
+	c.earliest.Store(when)
+	if c.alarm != nil && c.alarmAt == when {
 		return
 	}
 	c.alarmAt = when
+	in := time.Duration(when - c.read())
 	if c.alarm == nil {
-		c.alarm = time.AfterFunc(time.Until(when), c.wake)
+		c.alarm = time.AfterFunc(in, c.wake)
 	} else {
-		c.alarm.Reset(time.Until(when))
+		c.alarm.Reset(in)
 	}
 }
 
@@ -147,7 +154,7 @@ func (c *shardClock) rearmLocked() {
 type shardTimer struct {
 	clock *shardClock
 	f     func()
-	when  time.Time
+	when  int64 // on the clock's scale
 	index int           // position in the heap, -1 when not scheduled there
 	goT   *time.Timer   // set once the clock is detached
 	floor time.Duration // the shortest non-zero delay
@@ -181,7 +188,7 @@ func (t *shardTimer) Reset(d time.Duration) {
 		t.startGoTimer(d)
 		return
 	}
-	t.when = time.Now().Add(d)
+	t.when = c.now() + int64(d)
 	if t.index >= 0 {
 		heap.Fix(&c.timers, t.index)
 	} else {
@@ -202,7 +209,7 @@ func (t *shardTimer) startGoTimer(d time.Duration) {
 type timerHeap []*shardTimer
 
 func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].when.Before(h[j].when) }
+func (h timerHeap) Less(i, j int) bool { return h[i].when < h[j].when }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = i, j

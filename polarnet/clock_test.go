@@ -21,19 +21,19 @@ func TestShardClockRunsTimersInOrderOnTheLoop(t *testing.T) {
 	assert.True(t, stopped.Stop())
 	assert.False(t, stopped.Stop(), "a stopped timer stops once")
 
-	c.runDue()
+	c.runDue(c.read())
 	assert.Empty(t, order, "nothing is due yet")
 	require.Eventually(t, func() bool { return woken.Load() > 0 }, 5*time.Second, time.Millisecond, "the alarm wakes a sleeping poller")
 	deadline := time.Now().Add(5 * time.Second)
 	for len(order) < 2 && time.Now().Before(deadline) {
-		c.runDue()
+		c.runDue(c.read())
 		time.Sleep(time.Millisecond)
 	}
 	assert.Equal(t, []int{1, 2}, order)
 
 	again := c.AfterFunc(time.Hour, func() { order = append(order, 3) })
 	again.Reset(0)
-	c.runDue()
+	c.runDue(c.read())
 	assert.Equal(t, []int{1, 2, 3}, order, "Reset moves a pending timer")
 }
 
@@ -62,7 +62,7 @@ func TestMonotonicFromNanos(t *testing.T) {
 func TestShardClockFrozenDuringABurst(t *testing.T) {
 	c := newShardClock(func() {})
 	before := c.NowMonotonic()
-	c.freeze()
+	c.freeze(c.read())
 	frozen := c.NowMonotonic()
 	time.Sleep(2 * time.Millisecond)
 	assert.Equal(t, frozen, c.NowMonotonic(), "one reading for the whole burst")

@@ -230,19 +230,22 @@ func (s *shard) poll() {
 	}
 	s.tx.pollerAwake.Store(true)
 	s.pollerStarted()
-	var idleSince time.Time
+	var idleSince int64 // when the queue went empty; 0: it is not
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
 		start := s.burstStart(n)
+		// The iteration's one clock reading: timers, spin budget, and
+		// gVisor's clock while it handles the burst.
+		now := s.clock.read()
 		if n > 0 {
-			s.clock.freeze()
+			s.clock.freeze(now)
 			s.deliver(n)
 		}
 		n += s.receiveHandoffs()
 		if s.gro != nil {
 			s.gro.flush()
 		}
-		s.clock.runDue()
+		s.clock.runDue(now)
 		s.tx.flush()
 		s.clock.thaw()
 		s.burstDone(start, n, err)
@@ -253,7 +256,7 @@ func (s *shard) poll() {
 			s.stats.pollErrors.Add(1)
 		}
 		if n > 0 {
-			idleSince = time.Time{}
+			idleSince = 0
 			continue
 		}
 		switch s.mode {
@@ -261,11 +264,10 @@ func (s *shard) poll() {
 			runtime.Gosched()
 			continue
 		case PollAdaptive:
-			now := time.Now()
-			if idleSince.IsZero() {
+			if idleSince == 0 {
 				idleSince = now
 			}
-			if now.Sub(idleSince) < s.spin {
+			if time.Duration(now-idleSince) < s.spin {
 				runtime.Gosched()
 				continue
 			}
@@ -273,7 +275,7 @@ func (s *shard) poll() {
 		if !s.sleep() {
 			return
 		}
-		idleSince = time.Time{}
+		idleSince = 0
 	}
 }
 
@@ -286,7 +288,7 @@ func (s *shard) sleep() bool {
 	// A shard that hands us a frame, or a timer that comes due, wakes us
 	// only if it sees us asleep: look once more now that we are. Packets
 	// waiting for room in a full TX ring keep us awake too.
-	if s.handoffsPending() || s.clock.earliest.Load() <= time.Now().UnixNano() || s.tx.backlogged() {
+	if s.handoffsPending() || s.clock.earliest.Load() <= s.clock.read() || s.tx.backlogged() {
 		s.tx.pollerAwake.Store(true)
 		return true
 	}
