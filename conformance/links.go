@@ -31,6 +31,22 @@ type Kind interface {
 	Attach(ns *netns.NS, opt AttachOptions) (polarnet.Link, string, error)
 }
 
+// SingleLink is implemented by kinds that can attach one link at a time
+// (one physical peer, as RDMA's): their k2k reference runs over TAP, the
+// kernel's path that needs no hardware, and p2p, which needs two links of
+// the kind, is skipped.
+type SingleLink interface {
+	SingleLink()
+}
+
+// referenceKind is the kind the k2k reference of a run over k uses.
+func referenceKind(k Kind) Kind {
+	if _, single := k.(SingleLink); single {
+		return tapKind{}
+	}
+	return k
+}
+
 // AttachOptions say how to attach a link.
 type AttachOptions struct {
 	// MTU is the link's MTU, the polarnet side's.

@@ -166,6 +166,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 
 	switch dir {
 	case KernelKernel:
+		k = referenceKind(k)
 		nearNS, farNS := netns.New(t), netns.New(t)
 		nearLink, nearDev, err := k.Attach(nearNS, AttachOptions{MTU: mtu, Addrs: nearAddrs})
 		if err != nil {
