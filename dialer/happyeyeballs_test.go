@@ -1,6 +1,7 @@
 package dialer
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -118,4 +119,21 @@ func TestKernelPathGetsEveryField(t *testing.T) {
 	client, _, _, _ := dualStackPair(t)
 	d.Stack = client
 	assert.False(t, d.MultipathTCP(), "a stack has no MPTCP")
+}
+
+// TestDialCancelledMidway: a context cancelled while the SYN goes
+// unanswered ends the dial as net's does.
+func TestDialCancelledMidway(t *testing.T) {
+	client, _, _, _ := dualStackPair(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	d := &Dialer{Stack: client}
+	_, err := d.DialContext(ctx, "tcp", "198.18.0.99:80") // nobody answers
+	require.Error(t, err)
+	var opErr *net.OpError
+	require.ErrorAs(t, err, &opErr)
+	assert.Equal(t, "dial", opErr.Op)
+	assert.Equal(t, "tcp", opErr.Net)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, "dial tcp 198.18.0.99:80: operation was canceled", err.Error())
 }
