@@ -132,7 +132,12 @@ type TCPConfig struct {
 	// them and the sender retransmits what was never lost: 64 connections
 	// of 4 KiB request/response over a lossless pipe retransmitted ~2% of
 	// requests with a 10ms floor, ~0.6% with 50ms, ~0.15% with 200ms,
-	// while the conformance suite's loss scenarios pass with 50ms.
+	// while the conformance suite's loss scenarios pass with 50ms. It
+	// delays the timers' wake-ups, not gVisor's deadlines: gVisor moves a
+	// running timer's deadline without re-arming it, so a tail-loss probe
+	// still goes out when a floored wake-up finds the last send older than
+	// 2 SRTT, which queueing at 64 connections does (a real floor needs
+	// gVisor to floor the probe timeout, as Linux does at 10ms).
 	// Zero: 50ms; negative: no floor.
 	MinRecoveryTimer time.Duration
 
