@@ -154,7 +154,7 @@ func (c *shardClock) rearmLocked() {
 type shardTimer struct {
 	clock *shardClock
 	f     func()
-	when  int64 // on the clock's scale
+	when  int64         // on the clock's scale
 	index int           // position in the heap, -1 when not scheduled there
 	goT   *time.Timer   // set once the clock is detached
 	floor time.Duration // the shortest non-zero delay
