@@ -21,31 +21,43 @@ import (
 
 func main() {
 	listen := flag.String("listen", "", "serve on this address")
-	get := flag.String("get", "", "fetch this URL and print the body")
+	url := flag.String("get", "", "fetch this URL and print the body")
 	flag.Parse()
 	log.SetFlags(0)
 	switch {
 	case *listen != "":
-		ln, err := listener.Listen("tcp", *listen)
-		if err != nil {
+		log.Fatal(serve(*listen))
+	case *url != "":
+		if err := get(*url, os.Stdout, os.Stderr); err != nil {
 			log.Fatal(err)
 		}
-		log.Printf("http: serving on %v (%T)", ln.Addr(), ln)
-		log.Fatal(http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "hello %s, you asked for %s\n", r.RemoteAddr, r.URL.Path)
-		})))
-	case *get != "":
-		var d dialer.Dialer
-		hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 30 * time.Second}
-		resp, err := hc.Get(*get)
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer resp.Body.Close()
-		fmt.Fprintln(os.Stderr, resp.Status)
-		io.Copy(os.Stdout, resp.Body)
 	default:
 		flag.Usage()
 		os.Exit(2)
 	}
+}
+
+func serve(addr string) error {
+	ln, err := listener.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	log.Printf("http: serving on %v (%T)", ln.Addr(), ln)
+	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s, you asked for %s\n", r.RemoteAddr, r.URL.Path)
+	}))
+}
+
+// get prints the response's status to status and its body to body.
+func get(url string, body, status io.Writer) error {
+	var d dialer.Dialer
+	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 30 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	fmt.Fprintln(status, resp.Status)
+	_, err = io.Copy(body, resp.Body)
+	return err
 }
