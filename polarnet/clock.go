@@ -19,13 +19,12 @@ import (
 type shardClock struct {
 	tcpip.Clock // Now
 
-	// Times are nanoseconds since base on the monotonic clock. frozen is
+	// Times are clock()'s: nanoseconds on the monotonic clock. frozen is
 	// the present while the poller works through a burst (0 otherwise):
 	// gVisor reads the clock several times per segment and resets a timer
 	// or two, and the poller's one reading per iteration is exact enough
 	// for RTTs, timestamps and deadlines. Readings stay monotonic: a
 	// burst's never precedes one taken before it.
-	base   time.Time
 	frozen atomic.Int64
 
 	// earliest is the deadline of the first timer (MaxInt64 when there is
@@ -46,7 +45,7 @@ type shardClock struct {
 var _ tcpip.Clock = (*shardClock)(nil)
 
 func newShardClock(wake func()) *shardClock {
-	c := &shardClock{Clock: tcpip.NewStdClock(), base: time.Now(), wake: wake}
+	c := &shardClock{Clock: tcpip.NewStdClock(), wake: wake}
 	c.earliest.Store(noTimer)
 	return c
 }
@@ -60,7 +59,7 @@ func (c *shardClock) now() int64 {
 }
 
 // read reads the clock.
-func (c *shardClock) read() int64 { return int64(time.Since(c.base)) }
+func (c *shardClock) read() int64 { return clock() }
 
 // NowMonotonic implements tcpip.Clock.
 func (c *shardClock) NowMonotonic() tcpip.MonotonicTime { return monotonicFromNanos(c.now()) }

@@ -124,19 +124,19 @@ func clock() int64 { return int64(time.Since(epoch)) }
 // pollerStarted is the poller's first hook: it anchors PollNanos.
 func (s *shard) pollerStarted() { s.stats.m.started.Store(clock()) }
 
-// burstStart is called after each RX burst with the frames it returned. It
-// reads the clock only for an iteration that has work: frames, or frames
-// waiting from other shards. It returns the iteration's start, 0 if idle.
-func (s *shard) burstStart(n int) int64 {
+// burstStart is called after each RX burst with the frames it returned and
+// the iteration's clock reading. It returns the iteration's start, 0 for an
+// iteration without work (no frames, none waiting from other shards).
+func (s *shard) burstStart(n int, now int64) int64 {
 	if n == 0 && len(s.in) < 2 {
-		// Idle, and no other shard to hand frames over: inlined, no clock.
+		// Idle, and no other shard to hand frames over: inlined.
 		s.stats.m.prevEnd = 0
 		return 0
 	}
-	return s.burstStartSlow(n)
+	return s.burstStartSlow(n, now)
 }
 
-func (s *shard) burstStartSlow(n int) int64 {
+func (s *shard) burstStartSlow(n int, now int64) int64 {
 	m := &s.stats.m
 	if n == 0 && !s.handoffsPending() {
 		m.prevEnd = 0
@@ -145,7 +145,7 @@ func (s *shard) burstStartSlow(n int) int64 {
 	if m.prevEnd != 0 {
 		return m.prevEnd
 	}
-	return clock()
+	return now
 }
 
 // burstDone is called at the end of each iteration, after the TX flush,

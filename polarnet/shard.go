@@ -233,10 +233,10 @@ func (s *shard) poll() {
 	var idleSince int64 // when the queue went empty; 0: it is not
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
-		start := s.burstStart(n)
-		// The iteration's one clock reading: timers, spin budget, and
-		// gVisor's clock while it handles the burst.
+		// The iteration's one clock reading: metrics, timers, spin budget,
+		// and gVisor's clock while it handles the burst.
 		now := s.clock.read()
+		start := s.burstStart(n, now)
 		if n > 0 {
 			s.clock.freeze(now)
 			s.deliver(n)
