@@ -178,6 +178,10 @@ func (s *Stack) local(ap netip.AddrPort) netip.AddrPort {
 // accept queue holds backlog+1 connections, as Linux's does; with N shards
 // each shard's listener holds an equal share of it (rounded up), so how many
 // queue before SYNs are dropped depends on how flows spread over shards.
+// ephemeralListenRetries bounds ListenTCP's attempts to find an ephemeral
+// port free on every shard.
+const ephemeralListenRetries = 16
+
 func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, keepAlive net.KeepAliveConfig) (*TCPListener, error) {
 	laddr = unmap(laddr)
 	if backlog <= 0 {
@@ -203,6 +207,10 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 	// gVisor takes Listen's argument as the accept queue's capacity; Linux
 	// (and gVisor's own listen(2)) queues backlog+1.
 	perShard := (backlog + len(s.shards)) / len(s.shards)
+	// An ephemeral port is the first shard's choice; another shard may
+	// already use it (its own conns' ports), then every shard tries anew.
+	retries := ephemeralListenRetries
+shards:
 	for _, sh := range s.shards {
 		wq := new(waiter.Queue)
 		ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, proto, wq)
@@ -221,6 +229,12 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 			bind.Addr = tcpip.AddrFromSlice(laddr.Addr().AsSlice())
 		}
 		if terr := ep.Bind(bind); terr != nil {
+			if _, inUse := terr.(*tcpip.ErrPortInUse); inUse && laddr.Port() == 0 && len(l.eps) > 1 && retries > 0 {
+				retries--
+				l.closeEndpoints()
+				port = 0
+				goto shards
+			}
 			return fail(syscallErr("bind", terr))
 		}
 		if terr := ep.Listen(perShard); terr != nil {
