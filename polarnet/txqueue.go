@@ -137,9 +137,10 @@ func (q *txQueue) flush() {
 }
 
 // fragmentWait bounds how long the poller leaves a fragmented datagram's
-// first fragments queued for the rest to come; gVisor queues them back to
-// back, so it is only reached if it never sends the rest.
-const fragmentWait = time.Millisecond
+// first fragments queued for the rest to come. gVisor queues them back to
+// back, but its goroutine can be descheduled in between on a loaded host:
+// at 1ms, CI saw first fragments leave without their checksum.
+const fragmentWait = 50 * time.Millisecond
 
 func (q *txQueue) flushLocked() {
 	n := len(q.pending)
