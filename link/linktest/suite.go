@@ -509,10 +509,10 @@ func checkWaitReadWakes(t *testing.T, l, peer polarnet.Link) {
 func checkWaitReadPending(t *testing.T, l, peer polarnet.Link) {
 	tr := &transfer{from: peer, to: l, nonce: randomNonce()}
 	rxqs := l.Queues()
-	var stop atomic.Bool
+	var sent, stop atomic.Bool
 	woke := make(chan error, len(rxqs))
 	for _, q := range rxqs {
-		go func() { woke <- readWithPending(q, l.Info().RxFrameSize, tr.nonce, stop.Load) }()
+		go func() { woke <- readWithPending(q, l.Info().RxFrameSize, tr.nonce, sent.Load, stop.Load) }()
 	}
 	t.Cleanup(func() {
 		stop.Store(true)
@@ -533,6 +533,7 @@ func checkWaitReadPending(t *testing.T, l, peer polarnet.Link) {
 		require.True(t, n > 0 || time.Now().Before(deadline), "ring stayed full")
 		frames = frames[n:]
 	}
+	sent.Store(true)
 	require.NoError(t, within(t, woke, "WaitRead returning with frames pending"))
 }
 
@@ -545,20 +546,24 @@ const pendingFrames = 16
 // at once.
 const pendingWaitMax = 200 * time.Millisecond
 
-// readWithPending waits on q for suite frames of nonce, lets them all arrive,
+// readWithPending waits on q for suite frames of nonce, lets them arrive,
 // then reads them one at a time, calling WaitRead before every read but the
 // first. Once it has read pendingFrames of them it returns nil if every
-// WaitRead returned within pendingWaitMax, an error otherwise. It also
-// returns once stop reports true.
-func readWithPending(q polarnet.Queue, bufSize int, nonce uint64, stop func() bool) error {
+// WaitRead made after sent reported true, and followed by a suite frame,
+// returned within pendingWaitMax; an error otherwise. Waits made before
+// then do not count: a ring smaller than what the sender has to send runs
+// empty while the sender refills it. It also returns once stop reports true.
+func readWithPending(q polarnet.Queue, bufSize int, nonce uint64, sent, stop func() bool) error {
 	frames := []polarnet.RxFrame{{Buf: make([]byte, bufSize)}}
+	seen := 0
+	var slowest time.Duration
 	for deadline := time.Now().Add(suiteTimeout); time.Now().Before(deadline); {
 		if err := q.WaitRead(); err != nil || stop() {
 			return err
 		}
-		time.Sleep(settle) // all frames in, no more to come
-		var waited, slowest time.Duration
-		for seen := 0; ; {
+		time.Sleep(settle) // frames sent by now have arrived
+		var waited time.Duration
+		for {
 			n, err := q.ReadBurst(frames)
 			if err != nil {
 				return err
@@ -576,11 +581,15 @@ func readWithPending(q polarnet.Queue, bufSize int, nonce uint64, stop func() bo
 				}
 				return nil
 			}
+			counts := sent()
 			start := time.Now()
 			if err := q.WaitRead(); err != nil || stop() {
 				return err
 			}
-			waited = time.Since(start)
+			waited = 0
+			if counts {
+				waited = time.Since(start)
+			}
 		}
 	}
 	return fmt.Errorf("no frames arrived within %v", suiteTimeout)
