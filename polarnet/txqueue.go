@@ -33,7 +33,10 @@ type txQueue struct {
 
 	mu      sync.Mutex
 	pending []*stack.PacketBuffer
-	heldAt  []time.Time // per pending packet: when the filter first held it
+	heldAt  []int64 // per pending packet: when the filter first held it (shard clock); 0: not held
+	// waiting counts the pending packets the last flush left, when all
+	// are held ACKs: until more come, only their timer has work to do.
+	waiting int
 	frames  []TxFrame
 	iovecs  [][]byte
 	segs    []segment
@@ -72,7 +75,7 @@ func newTxQueue(q Queue, caps Capabilities, stats *shardCounters, ack ACKConfig,
 		filter:   !ack.DisableFilter,
 		clock:    clock,
 		pending:  make([]*stack.PacketBuffer, 0, txBatchSize),
-		heldAt:   make([]time.Time, 0, txBatchSize),
+		heldAt:   make([]int64, 0, txBatchSize),
 		frames:   make([]TxFrame, txBatchSize),
 		iovecs:   make([][]byte, 0, 4*txBatchSize),
 		segs:     make([]segment, txBatchSize),
@@ -96,7 +99,7 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		return &tcpip.ErrClosedForSend{}
 	}
 	q.pending = append(q.pending, pkt.IncRef())
-	q.heldAt = append(q.heldAt, time.Time{})
+	q.heldAt = append(q.heldAt, 0)
 	if q.linkCaps&CapTXChecksum != 0 {
 		f, isFragment := fragmentOf(pkt)
 		more := isFragment && f.more
@@ -125,12 +128,15 @@ func (q *txQueue) Close() {
 		q.pending[i] = nil
 	}
 	q.pending, q.heldAt = q.pending[:0], q.heldAt[:0]
+	q.waiting = 0
 }
 
 // flush writes out what is pending; the poller calls it every iteration.
+// Held ACKs alone are left to their timer: a spinning poller would
+// otherwise parse and filter them again on every iteration.
 func (q *txQueue) flush() {
 	q.mu.Lock()
-	if len(q.pending) > 0 && (!q.fragmenting || time.Since(q.fragmentingSince) > fragmentWait) {
+	if len(q.pending) > q.waiting && (!q.fragmenting || time.Since(q.fragmentingSince) > fragmentWait) {
 		q.flushLocked()
 	}
 	q.mu.Unlock()
@@ -198,17 +204,22 @@ func (q *txQueue) flushLocked() {
 	}
 
 	// Keep the held and the unsent packets, in order, for the next flush.
-	kept := 0
+	kept, retrying := 0, false
 	for i, pkt := range q.pending {
 		if hold[i] || unsent[i] {
 			q.pending[kept], q.heldAt[kept] = pkt, q.heldAt[i]
 			kept++
+			retrying = retrying || unsent[i]
 			continue
 		}
 		pkt.DecRef()
 	}
 	clear(q.pending[kept:])
 	q.pending, q.heldAt = q.pending[:kept], q.heldAt[:kept]
+	q.waiting = kept
+	if retrying {
+		q.waiting = 0
+	}
 	if kept > 0 && !q.armed {
 		q.armed = true
 		if q.timer == nil {
@@ -222,13 +233,13 @@ func (q *txQueue) flushLocked() {
 // holdACKs marks the pure ACKs to keep back: the last segment of their flow
 // in the batch, allowed to be elided, and not yet held for the full delay.
 func (q *txQueue) holdACKs(segs []segment, drop, hold []bool) {
-	now := time.Now()
+	now := q.clock.now()
 	for i := range segs {
 		a := &segs[i]
 		if drop[i] || !a.pureACK() || !mayElide(a, q.history) {
 			continue
 		}
-		if at := q.heldAt[i]; !at.IsZero() && now.Sub(at) >= q.delay {
+		if at := q.heldAt[i]; at != 0 && time.Duration(now-at) >= q.delay {
 			continue
 		}
 		last := true
@@ -240,7 +251,7 @@ func (q *txQueue) holdACKs(segs []segment, drop, hold []bool) {
 		}
 		if last {
 			hold[i] = true
-			if q.heldAt[i].IsZero() {
+			if q.heldAt[i] == 0 {
 				q.heldAt[i] = now
 				q.stats.ackHeld.Add(1)
 			}
@@ -292,7 +303,7 @@ func (q *txQueue) backlogged() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range q.pending {
-		if q.heldAt[i].IsZero() {
+		if q.heldAt[i] == 0 {
 			return true
 		}
 	}
