@@ -178,10 +178,6 @@ func (s *Stack) local(ap netip.AddrPort) netip.AddrPort {
 // accept queue holds backlog+1 connections, as Linux's does; with N shards
 // each shard's listener holds an equal share of it (rounded up), so how many
 // queue before SYNs are dropped depends on how flows spread over shards.
-// ephemeralListenRetries bounds ListenTCP's attempts to find an ephemeral
-// port free on every shard.
-const ephemeralListenRetries = 16
-
 func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, keepAlive net.KeepAliveConfig) (*TCPListener, error) {
 	laddr = unmap(laddr)
 	if backlog <= 0 {
@@ -203,19 +199,42 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 		return fail(net.ErrClosed)
 	}
 	proto, dualStack := listenProto(network, laddr.Addr())
-	port := laddr.Port()
 	// gVisor takes Listen's argument as the accept queue's capacity; Linux
 	// (and gVisor's own listen(2)) queues backlog+1.
 	perShard := (backlog + len(s.shards)) / len(s.shards)
-	// An ephemeral port is the first shard's choice; another shard may
-	// already use it (its own conns' ports), then every shard tries anew.
-	retries := ephemeralListenRetries
-shards:
+	for retries := ephemeralListenRetries; ; retries-- {
+		retry, err := s.listenOnShards(l, laddr, proto, dualStack, perShard)
+		if err == nil {
+			break
+		}
+		if !retry || retries == 0 {
+			return fail(err)
+		}
+		l.closeEndpoints()
+	}
+	a, _ := l.eps[0].ep.GetLocalAddress()
+	l.addr = net.TCPAddrFromAddrPort(boundAddr(a, proto))
+	if !s.track(l) {
+		return fail(net.ErrClosed)
+	}
+	return l, nil
+}
+
+// ephemeralListenRetries bounds ListenTCP's further attempts to find an
+// ephemeral port free on every shard.
+const ephemeralListenRetries = 16
+
+// listenOnShards adds to l a listening endpoint on every shard, all on
+// laddr's port or, for port 0, on the one the first shard picks. retry
+// reports a failure worth another attempt: that pick was taken on a later
+// shard, by one of its own conns.
+func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip.NetworkProtocolNumber, dualStack bool, perShard int) (retry bool, err error) {
+	port := laddr.Port()
 	for _, sh := range s.shards {
 		wq := new(waiter.Queue)
 		ep, terr := sh.stack.NewEndpoint(tcp.ProtocolNumber, proto, wq)
 		if terr != nil {
-			return fail(syscallErr("socket", terr))
+			return false, syscallErr("socket", terr)
 		}
 		le := listenEndpoint{ep: ep, wq: wq, shard: sh}
 		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) { l.notify() })
@@ -229,16 +248,11 @@ shards:
 			bind.Addr = tcpip.AddrFromSlice(laddr.Addr().AsSlice())
 		}
 		if terr := ep.Bind(bind); terr != nil {
-			if _, inUse := terr.(*tcpip.ErrPortInUse); inUse && laddr.Port() == 0 && len(l.eps) > 1 && retries > 0 {
-				retries--
-				l.closeEndpoints()
-				port = 0
-				goto shards
-			}
-			return fail(syscallErr("bind", terr))
+			_, inUse := terr.(*tcpip.ErrPortInUse)
+			return inUse && laddr.Port() == 0 && len(l.eps) > 1, syscallErr("bind", terr)
 		}
 		if terr := ep.Listen(perShard); terr != nil {
-			return fail(syscallErr("listen", terr))
+			return false, syscallErr("listen", terr)
 		}
 		if port == 0 {
 			// Every shard listens on the port the first one was given.
@@ -246,12 +260,7 @@ shards:
 			port = a.Port
 		}
 	}
-	a, _ := l.eps[0].ep.GetLocalAddress()
-	l.addr = net.TCPAddrFromAddrPort(boundAddr(a, proto))
-	if !s.track(l) {
-		return fail(net.ErrClosed)
-	}
-	return l, nil
+	return false, nil
 }
 
 // track registers a listener so Stack.Close can close it; false if the stack
