@@ -59,10 +59,11 @@ func testMetricsEndpoint(t *testing.T, mode string, stacks []string) {
 	url := "http://" + o.metrics
 
 	// An end serves from before it connects: wait for it and for frames
-	// on every stack.
+	// both ways on every stack (a server counts the SYN it received before
+	// it sends the SYN-ACK).
 	framesOnAll := func(fams map[string]*dto.MetricFamily) bool {
 		for _, stack := range stacks {
-			if sumSeries(fams, "polarnet_rx_frames_total", stack) == 0 {
+			if sumSeries(fams, "polarnet_rx_frames_total", stack) == 0 || sumSeries(fams, "polarnet_tx_frames_total", stack) == 0 {
 				return false
 			}
 		}
