@@ -102,9 +102,8 @@ const maxFlowHistory = 1 << 14
 
 // mayElide reports whether pure ACK a may be dropped or held: it must be
 // neither a duplicate ACK (a loss signal) nor the one that opens a zero
-// window, judged against the last ACK sent on the flow.
-func mayElide(a *segment, history map[flowKey]flowHistory) bool {
-	last, known := history[a.flow]
+// window, judged against last, the last ACK sent on the flow, if known.
+func mayElide(a *segment, last flowHistory, known bool) bool {
 	if !known {
 		return false
 	}
@@ -123,18 +122,26 @@ func supersedes(b, a *segment) bool {
 }
 
 // filterACKs marks the pure ACKs in segs that a later segment of the batch
-// makes redundant, and returns how many it marked.
-func filterACKs(segs []segment, drop []bool, history map[flowKey]flowHistory) int {
+// makes redundant, and returns how many it marked. The later segment takes
+// over the dropped ACK's hold time (heldAt), so that a flow's ACKs are
+// never held longer than the delay however often they supersede each other.
+func filterACKs(segs []segment, drop []bool, heldAt []int64, history map[flowKey]flowHistory) int {
 	n := 0
 	for i := range segs {
 		a := &segs[i]
-		if drop[i] || !a.pureACK() || !mayElide(a, history) {
+		if drop[i] || !a.pureACK() {
+			continue
+		}
+		if last, known := history[a.flow]; !mayElide(a, last, known) {
 			continue
 		}
 		for j := i + 1; j < len(segs); j++ {
 			if supersedes(&segs[j], a) {
 				drop[i] = true
 				n++
+				if at := heldAt[i]; at != 0 && (heldAt[j] == 0 || at < heldAt[j]) {
+					heldAt[j] = at
+				}
 				break
 			}
 		}
@@ -155,5 +162,7 @@ func remember(segs []segment, drop []bool, history map[flowKey]flowHistory) {
 }
 
 // ackDelayDefault is how long a pure ACK may wait for a segment to carry it:
-// long enough for an application answering from memory, far below any RTO.
-const ackDelayDefault = 20 * time.Microsecond
+// long enough for a loaded server to answer, far below any peer's tail-loss
+// probe (Linux floors it at 10ms; polarnet's at TCPConfig.MinRecoveryTimer)
+// and Linux's own delayed ACK (40ms).
+const ackDelayDefault = time.Millisecond

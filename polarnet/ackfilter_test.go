@@ -2,6 +2,7 @@ package polarnet
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func batch(t *testing.T, cfg ACKConfig, lastWindow uint16, segs ...seg) ([]uint3
 	rq := &recordingQueue{}
 	var stats shardCounters
 	clock := newShardClock(func() {})
-	q := newTxQueue(rq, 0, &stats, cfg, clock)
+	q := newTxQueue(rq, 0, 1500, &stats, cfg, clock)
 	q.pollerAwake.Store(true)
 	type flow struct {
 		port uint16
@@ -189,7 +190,7 @@ func TestACKFilterNeverDrops(t *testing.T) {
 	t.Run("unknown flow", func(t *testing.T) {
 		rq := &recordingQueue{}
 		var stats shardCounters
-		q := newTxQueue(rq, 0, &stats, noDelay, newShardClock(func() {}))
+		q := newTxQueue(rq, 0, 1500, &stats, noDelay, newShardClock(func() {}))
 		q.pollerAwake.Store(true)
 		for _, s := range []seg{{port: 9, flags: ack, ack: 200, window: 5}, {port: 9, flags: ack, ack: 300, window: 5}} {
 			require.Nil(t, q.WritePacket(packet(s)))
@@ -230,7 +231,7 @@ func TestACKDelayNeverHolds(t *testing.T) {
 	t.Run("unknown flow", func(t *testing.T) {
 		rq := &recordingQueue{}
 		var stats shardCounters
-		q := newTxQueue(rq, 0, &stats, cfg, newShardClock(func() {}))
+		q := newTxQueue(rq, 0, 1500, &stats, cfg, newShardClock(func() {}))
 		q.pollerAwake.Store(true)
 		pkt := packet(seg{port: 9, flags: ack, ack: 200, window: 5})
 		require.Nil(t, q.WritePacket(pkt))
@@ -270,30 +271,104 @@ func TestACKDelayHoldsThenReleases(t *testing.T) {
 	assert.Equal(t, uint32(300), rq.acks()[2])
 }
 
-// TestACKDelayNeverBlocksAFullBatch: pure ACKs of many flows, each the last
-// of its flow, must not be held when they fill the batch (64 connections
-// acknowledging at once), nor overflow the queue's scratch space.
-func TestACKDelayNeverBlocksAFullBatch(t *testing.T) {
+// send queues segs on q as one batch and flushes it.
+func send(t *testing.T, q *txQueue, segs ...seg) {
+	t.Helper()
+	for _, s := range segs {
+		pkt := packet(s)
+		require.Nil(t, q.WritePacket(pkt))
+		pkt.DecRef()
+	}
+	q.flush()
+}
+
+// TestACKDelayHoldsManyFlows: held ACKs wait outside the batch, so many
+// connections acknowledging at once are all held (64 connections, each
+// waiting for its answer, filled the batch and sent every ACK before), and
+// each answer takes its flow's ACK with it.
+func TestACKDelayHoldsManyFlows(t *testing.T) {
 	rq := &recordingQueue{}
 	var stats shardCounters
-	q := newTxQueue(rq, 0, &stats, ACKConfig{Delay: time.Hour}, newShardClock(func() {}))
+	q := newTxQueue(rq, 0, 1500, &stats, ACKConfig{Delay: time.Hour}, newShardClock(func() {}))
 	q.pollerAwake.Store(true)
 	const flows = 3 * txBatchSize
+	var acks, answers []seg
 	for port := range uint16(flows) {
-		pkt := packet(seg{port: port + 1, flags: ack, ack: 100, window: 500})
-		require.Nil(t, q.WritePacket(pkt))
-		pkt.DecRef()
+		acks = append(acks, seg{port: port + 1, flags: ack, ack: 200, window: 500})
+		answers = append(answers, seg{port: port + 1, flags: ackPsh, ack: 200, window: 500, payload: 64})
+		send(t, q, seg{port: port + 1, flags: ack, ack: 100, window: 500})
 	}
-	q.flush()
 	warm := len(rq.acks())
 	require.Equal(t, flows, warm, "first ACKs of unknown flows pass")
-	for port := range uint16(flows) {
-		pkt := packet(seg{port: port + 1, flags: ack, ack: 200, window: 500})
-		require.Nil(t, q.WritePacket(pkt))
-		pkt.DecRef()
+
+	send(t, q, acks...)
+	assert.Equal(t, warm, len(rq.acks()), "every flow's ACK is held")
+	assert.Equal(t, uint64(flows), stats.ackHeld.Load())
+	assert.Equal(t, flows, q.held.len())
+
+	// Answers come in another order than the ACKs were held.
+	slices.Reverse(answers)
+	send(t, q, answers...)
+	assert.Equal(t, 2*flows, len(rq.sent), "the answers, and nothing else, left")
+	for _, th := range rq.sent[warm:] {
+		assert.Len(t, th.Payload(), 64)
 	}
-	q.flush()
-	assert.GreaterOrEqual(t, len(rq.acks())-warm, flows-txBatchSize, "full batches went out despite the delay")
+	assert.Equal(t, uint64(flows), stats.ackFiltered.Load())
+	assert.Zero(t, q.held.len())
+	q.Close()
+}
+
+// TestACKDelayNotPastTwoSegments: an ACK for two full-sized segments or
+// more leaves at once, as RFC 5681 asks of a receiver; below that it waits.
+// At MTU 1500 a full-sized segment is 1460 bytes.
+func TestACKDelayNotPastTwoSegments(t *testing.T) {
+	cfg := ACKConfig{Delay: time.Hour}
+	got, q := batch(t, cfg, 500, seg{port: 1, flags: ack, ack: 100 + 2*1460, window: 500})
+	assert.Equal(t, []uint32{100 + 2*1460}, got, "two segments' worth leaves")
+	q.Close()
+
+	got, q = batch(t, cfg, 500, seg{port: 1, flags: ack, ack: 100 + 2*1460 - 1, window: 500})
+	assert.Empty(t, got, "less is held")
+	// The next ACK counts from the last one sent, not the held one.
+	send(t, q, seg{port: 1, flags: ack, ack: 100 + 2*1460, window: 500})
+	rq := q.queue.(*recordingQueue)
+	assert.Equal(t, []uint32{100, 100 + 2*1460}, rq.acks(), "the warm-up, then the later ACK for both")
+	assert.Equal(t, uint64(1), q.stats.ackFiltered.Load(), "the held one was dropped")
+	assert.Zero(t, q.held.len())
+	q.Close()
+}
+
+// TestACKDelayKeepsFirstHoldTime: an ACK that replaces a held one inherits
+// its hold time, so a flow's acknowledgement waits at most the delay
+// however many ACKs follow each other.
+func TestACKDelayKeepsFirstHoldTime(t *testing.T) {
+	got, q := batch(t, ACKConfig{Delay: time.Hour}, 500, seg{port: 1, flags: ack, ack: 200, window: 500})
+	require.Empty(t, got)
+	first := q.held.oldest().since
+	require.NotZero(t, first)
+	for ackNo := uint32(300); ackNo < 1000; ackNo += 100 {
+		send(t, q, seg{port: 1, flags: ack, ack: ackNo, window: 500})
+		require.Equal(t, 1, q.held.len())
+		assert.Equal(t, ackNo, uint32(q.held.oldest().seg.ack))
+		assert.Equal(t, first, q.held.oldest().since)
+	}
+	q.Close()
+}
+
+// TestACKDelayHeldACKGoesFirst: a later segment of the flow that does not
+// convey the held ACK (here, a smaller window) takes it out first, so the
+// peer sees the flow's segments in the order gVisor made them.
+func TestACKDelayHeldACKGoesFirst(t *testing.T) {
+	got, q := batch(t, ACKConfig{Delay: time.Hour}, 500, seg{port: 1, flags: ack, ack: 200, window: 500})
+	require.Empty(t, got)
+	send(t, q, seg{port: 2, flags: ackPsh, ack: 50, window: 500, payload: 8}, seg{port: 1, flags: ackPsh, ack: 200, window: 400, payload: 64})
+	rq := q.queue.(*recordingQueue)
+	require.Len(t, rq.sent, 4, "warm-up, then three segments")
+	assert.Equal(t, []uint32{100, 200, 50, 200}, rq.acks())
+	assert.Empty(t, rq.sent[1].Payload(), "the held ACK, first")
+	assert.Equal(t, uint16(500), rq.sent[1].WindowSize())
+	assert.Len(t, rq.sent[3].Payload(), 64)
+	assert.Zero(t, q.stats.ackFiltered.Load())
 	q.Close()
 }
 
@@ -310,7 +385,7 @@ func (n *narrowQueue) WriteBurst(frames []TxFrame) (int, error) {
 func TestTxQueueKeepsWhatAFullRingRefused(t *testing.T) {
 	nq := &narrowQueue{room: 2}
 	var stats shardCounters
-	q := newTxQueue(nq, 0, &stats, ACKConfig{DisableFilter: true}, newShardClock(func() {}))
+	q := newTxQueue(nq, 0, 1500, &stats, ACKConfig{DisableFilter: true}, newShardClock(func() {}))
 	q.pollerAwake.Store(true)
 	for i := range 5 {
 		pkt := packet(seg{port: 1, flags: ackPsh, ack: uint32(100 + i), window: 500, payload: 10})
@@ -326,4 +401,21 @@ func TestTxQueueKeepsWhatAFullRingRefused(t *testing.T) {
 	assert.False(t, q.backlogged())
 	assert.Equal(t, uint64(3+1), stats.txRetried.Load(), "refused 3, then 1")
 	assert.Zero(t, stats.txRingFull.Load(), "nothing dropped")
+}
+
+// TestACKDelayReleaseKeepsOrder: a held ACK whose delay runs out while a
+// later segment of its flow waits for the next flush leaves before it.
+func TestACKDelayReleaseKeepsOrder(t *testing.T) {
+	got, q := batch(t, ACKConfig{Delay: time.Millisecond}, 500, seg{port: 1, flags: ack, ack: 200, window: 500})
+	require.Empty(t, got)
+	pkt := packet(seg{port: 1, flags: ackPsh, ack: 200, window: 400, payload: 64})
+	require.Nil(t, q.WritePacket(pkt))
+	pkt.DecRef()
+	time.Sleep(2 * time.Millisecond)
+	q.release()
+	rq := q.queue.(*recordingQueue)
+	require.Len(t, rq.sent, 3, "warm-up, the held ACK, the segment")
+	assert.Empty(t, rq.sent[1].Payload(), "the held ACK first")
+	assert.Len(t, rq.sent[2].Payload(), 64)
+	q.Close()
 }

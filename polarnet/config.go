@@ -73,11 +73,14 @@ type Config struct {
 // when a later segment of the same flow in the same TX batch acknowledges as
 // much (never a duplicate ACK, one with SACK blocks, one opening a zero
 // window, or one with SYN, FIN or RST), and holds a pure ACK up to Delay
-// for a segment that can carry it.
+// for a segment that can carry it: a delayed ACK, which gVisor lacks. As
+// RFC 5681 asks of a receiver, an ACK is never held once it would
+// acknowledge two full-sized segments, so a bulk sender still hears of
+// every second segment at once.
 type ACKConfig struct {
 	// DisableFilter sends every ACK gVisor makes.
 	DisableFilter bool
-	// Delay is how long a pure ACK may wait. Zero: 20µs; negative: ACKs are
+	// Delay is how long a pure ACK may wait. Zero: 1ms; negative: ACKs are
 	// only coalesced within a batch, never held.
 	Delay time.Duration
 }

@@ -223,7 +223,7 @@ func (s *shard) metrics(out *ShardMetrics) {
 	out.SpuriousRecovery = st.TCP.SpuriousRecovery.Value()
 	out.TxBatch = m.txBatch.snapshot()
 	s.tx.mu.Lock()
-	out.TxQueued = uint64(len(s.tx.pending))
+	out.TxQueued = uint64(len(s.tx.pending) + s.tx.held.len())
 	s.tx.mu.Unlock()
 	for _, r := range s.in {
 		if r != nil {

@@ -99,7 +99,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 		}
 	})
 	s.clock.protocolFloor = max(cfg.TCP.MinRecoveryTimer, 0)
-	s.tx = newTxQueue(q, info.Caps, &s.stats, cfg.ACK, s.clock)
+	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock)
 	s.meterTx()
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	if !cfg.DisableGRO {

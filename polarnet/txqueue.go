@@ -19,33 +19,41 @@ const txBatchSize = 64
 // shard's poller flushes it once per poll iteration; while the poller sleeps
 // the writer flushes at once, so a packet never waits for a wakeup. On the
 // way out the ACK filter drops pure ACKs a later segment makes redundant, and
-// may hold a pure ACK for a few microseconds for a segment to carry it.
+// may hold a pure ACK back for a segment to carry it (ackfilter.go).
 type txQueue struct {
 	queue    Queue
 	linkCaps Capabilities
 	stats    *shardCounters
 	filter   bool
 	delay    time.Duration // 0: pure ACKs are never held
-	clock    *shardClock
+	// holdBytes: a pure ACK is held only while it acknowledges less than
+	// this much beyond the flow's last ACK sent (two full-sized segments).
+	holdBytes uint32
+	clock     *shardClock
 
 	// pollerAwake is set while the poller runs iterations (and will flush).
 	pollerAwake atomic.Bool
 
 	mu      sync.Mutex
 	pending []*stack.PacketBuffer
-	heldAt  []int64 // per pending packet: when the filter first held it (shard clock); 0: not held
-	// waiting counts the pending packets the last flush left, when all
-	// are held ACKs: until more come, only their timer has work to do.
-	waiting int
-	frames  []TxFrame
-	iovecs  [][]byte
-	segs    []segment
-	drop    []bool
-	hold    []bool
-	history map[flowKey]flowHistory
-	timer   tcpip.Timer // flushes held ACKs when their delay is up
-	armed   bool
-	closed  bool
+	// heldAt is, per pending packet, when its flow's ACK was first held
+	// (shard clock); 0: not held.
+	heldAt []int64
+	held   ackHold
+	// retrying counts the packets at the front of pending that a full ring
+	// refused in the last flush.
+	retrying int
+	frames   []TxFrame
+	iovecs   [][]byte
+	segs     []segment
+	drop     []bool
+	hold     []bool
+	history  map[flowKey]flowHistory
+	timer    tcpip.Timer // flushes held ACKs when their delay is up
+	armed    bool
+	closed   bool
+	// reclaimed is scratch space for held ACKs brought back into a flush.
+	reclaimed []heldACK
 	// fragmenting is set while gVisor is queueing a fragmented datagram:
 	// the queue flushes only after its last fragment (see txfrag.go), or
 	// once fragmentWait has passed since the first, should the rest never
@@ -67,23 +75,25 @@ const txBacklogMax = 4 * txBatchSize
 
 var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
-func newTxQueue(q Queue, caps Capabilities, stats *shardCounters, ack ACKConfig, clock *shardClock) *txQueue {
+func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock) *txQueue {
 	t := &txQueue{
-		queue:    q,
-		linkCaps: caps,
-		stats:    stats,
-		filter:   !ack.DisableFilter,
-		clock:    clock,
-		pending:  make([]*stack.PacketBuffer, 0, txBatchSize),
-		heldAt:   make([]int64, 0, txBatchSize),
-		frames:   make([]TxFrame, txBatchSize),
-		iovecs:   make([][]byte, 0, 4*txBatchSize),
-		segs:     make([]segment, txBatchSize),
-		drop:     make([]bool, txBatchSize),
-		hold:     make([]bool, txBatchSize),
-		sent:     make([]int, txBatchSize),
-		unsent:   make([]bool, txBatchSize),
-		history:  make(map[flowKey]flowHistory),
+		queue:     q,
+		linkCaps:  caps,
+		stats:     stats,
+		filter:    !ack.DisableFilter,
+		holdBytes: 2 * uint32(max(mtu-header.IPv4MinimumSize-header.TCPMinimumSize, 1)),
+		clock:     clock,
+		held:      newACKHold(),
+		pending:   make([]*stack.PacketBuffer, 0, txBatchSize),
+		heldAt:    make([]int64, 0, txBatchSize),
+		frames:    make([]TxFrame, txBatchSize),
+		iovecs:    make([][]byte, 0, 4*txBatchSize),
+		segs:      make([]segment, txBatchSize),
+		drop:      make([]bool, txBatchSize),
+		hold:      make([]bool, txBatchSize),
+		sent:      make([]int, txBatchSize),
+		unsent:    make([]bool, txBatchSize),
+		history:   make(map[flowKey]flowHistory),
 	}
 	if t.filter && ack.Delay > 0 {
 		t.delay = ack.Delay
@@ -128,15 +138,15 @@ func (q *txQueue) Close() {
 		q.pending[i] = nil
 	}
 	q.pending, q.heldAt = q.pending[:0], q.heldAt[:0]
-	q.waiting = 0
+	q.retrying = 0
+	q.held.releaseAll()
 }
 
 // flush writes out what is pending; the poller calls it every iteration.
-// Held ACKs alone are left to their timer: a spinning poller would
-// otherwise parse and filter them again on every iteration.
+// Held ACKs are not pending: they are left to their timer.
 func (q *txQueue) flush() {
 	q.mu.Lock()
-	if len(q.pending) > q.waiting && (!q.fragmenting || time.Since(q.fragmentingSince) > fragmentWait) {
+	if len(q.pending) > 0 && (!q.fragmenting || time.Since(q.fragmentingSince) > fragmentWait) {
 		q.flushLocked()
 	}
 	q.mu.Unlock()
@@ -148,27 +158,38 @@ func (q *txQueue) flush() {
 // at 1ms, CI saw first fragments leave without their checksum.
 const fragmentWait = 50 * time.Millisecond
 
-func (q *txQueue) flushLocked() {
-	n := len(q.pending)
-	if n > cap(q.segs) {
-		q.segs, q.drop, q.hold = make([]segment, n), make([]bool, n), make([]bool, n)
-		q.frames, q.sent, q.unsent = make([]TxFrame, n), make([]int, n), make([]bool, n)
+// scratch makes the per-flush scratch space hold n packets, keeping the
+// parsed segments.
+func (q *txQueue) scratch(n int) {
+	if n <= cap(q.segs) {
+		return
 	}
-	segs, drop, hold, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.unsent[:n]
-	clear(drop)
-	clear(hold)
-	clear(unsent)
+	segs := make([]segment, n)
+	copy(segs, q.segs)
+	q.segs, q.drop, q.hold = segs, make([]bool, n), make([]bool, n)
+	q.frames, q.sent, q.unsent = make([]TxFrame, n), make([]int, n), make([]bool, n)
+}
+
+func (q *txQueue) flushLocked() {
+	q.scratch(len(q.pending))
 	if q.pendingFragments {
 		completeFragmentedUDP(q.pending)
 		q.pendingFragments = false
 	}
 	if q.filter {
 		for i, pkt := range q.pending {
-			segs[i] = parseSegment(pkt)
+			q.segs[i] = parseSegment(pkt)
 		}
-		q.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, q.history)))
-		// A full batch goes out whole: held ACKs must not keep it full.
-		if q.delay > 0 && n < txBatchSize {
+		q.reclaimHeld()
+	}
+	n := len(q.pending)
+	segs, drop, hold, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.unsent[:n]
+	clear(drop)
+	clear(hold)
+	clear(unsent)
+	if q.filter {
+		q.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, q.heldAt, q.history)))
+		if q.delay > 0 {
 			q.holdACKs(segs, drop, hold)
 		}
 	}
@@ -203,71 +224,149 @@ func (q *txQueue) flushLocked() {
 		remember(segs, drop, q.history)
 	}
 
-	// Keep the held and the unsent packets, in order, for the next flush.
-	kept, retrying := 0, false
+	// Hold the held, keep the unsent, in order, for the next flush.
+	kept := 0
 	for i, pkt := range q.pending {
-		if hold[i] || unsent[i] {
+		switch {
+		case hold[i]:
+			q.held.push(heldACK{pkt: pkt, seg: segs[i], since: q.heldAt[i]})
+		case unsent[i]:
 			q.pending[kept], q.heldAt[kept] = pkt, q.heldAt[i]
 			kept++
-			retrying = retrying || unsent[i]
-			continue
+		default:
+			pkt.DecRef()
 		}
-		pkt.DecRef()
 	}
 	clear(q.pending[kept:])
 	q.pending, q.heldAt = q.pending[:kept], q.heldAt[:kept]
-	q.waiting = kept
-	if retrying {
-		q.waiting = 0
-	}
-	if kept > 0 && !q.armed {
-		q.armed = true
-		if q.timer == nil {
-			q.timer = q.clock.afterFuncExact(q.delay, q.release)
-		} else {
-			q.timer.Reset(q.delay)
-		}
-	}
+	q.retrying = kept
+	q.armLocked()
 }
 
-// holdACKs marks the pure ACKs to keep back: the last segment of their flow
-// in the batch, allowed to be elided, and not yet held for the full delay.
+// reclaimHeld brings back into the batch (with q.segs parsed) the held ACKs
+// of the flows it sends on, for the filter to weigh them against what
+// follows: mostly, a later segment carries them and they are dropped.
+func (q *txQueue) reclaimHeld() {
+	if q.held.len() == 0 {
+		return
+	}
+	back := q.reclaimed[:0]
+	for i := range q.pending {
+		if s := &q.segs[i]; s.tcp {
+			if e, ok := q.held.take(s.flow); ok {
+				back = append(back, e)
+			}
+		}
+	}
+	q.putBack(back, true)
+	clear(back)
+	q.reclaimed = back[:0]
+}
+
+// putBack returns held ACKs to the pending packets, where they belong in
+// each flow's order: after the packets a full ring refused in an earlier
+// flush, which gVisor made before them, and before any packet queued since.
+// With parsed, q.segs moves in step.
+func (q *txQueue) putBack(back []heldACK, parsed bool) {
+	at, n, k := q.retrying, len(q.pending), len(back)
+	if k == 0 {
+		return
+	}
+	for range k {
+		q.pending, q.heldAt = append(q.pending, nil), append(q.heldAt, 0)
+	}
+	copy(q.pending[at+k:], q.pending[at:n])
+	copy(q.heldAt[at+k:], q.heldAt[at:n])
+	if parsed {
+		q.scratch(n + k)
+		copy(q.segs[at+k:n+k], q.segs[at:n])
+	}
+	for j, e := range back {
+		q.pending[at+j], q.heldAt[at+j] = e.pkt, e.since
+		if parsed {
+			q.segs[at+j] = e.seg
+		}
+	}
+	q.retrying += k
+}
+
+// holdACKs marks the pure ACKs to hold back: the last segment of their flow
+// in the batch, allowed to be elided, acknowledging less than two
+// full-sized segments (a receiver must not wait longer, RFC 5681 4.2), and
+// not yet held for the full delay.
 func (q *txQueue) holdACKs(segs []segment, drop, hold []bool) {
 	now := q.clock.now()
+	holding := q.held.len()
 	for i := range segs {
 		a := &segs[i]
-		if drop[i] || !a.pureACK() || !mayElide(a, q.history) {
+		if drop[i] || !a.pureACK() || holding >= maxHeldACKs {
+			continue
+		}
+		last, known := q.history[a.flow]
+		if !mayElide(a, last, known) || uint32(a.ack-last.ack) >= q.holdBytes {
 			continue
 		}
 		if at := q.heldAt[i]; at != 0 && time.Duration(now-at) >= q.delay {
 			continue
 		}
-		last := true
-		for j := i + 1; j < len(segs); j++ {
-			if !drop[j] && segs[j].tcp && segs[j].flow == a.flow {
-				last = false
-				break
-			}
+		if laterOfFlow(segs, drop, i) {
+			continue
 		}
-		if last {
-			hold[i] = true
-			if q.heldAt[i] == 0 {
-				q.heldAt[i] = now
-				q.stats.ackHeld.Add(1)
-			}
+		hold[i] = true
+		holding++
+		q.stats.ackHeld.Add(1)
+		if q.heldAt[i] == 0 {
+			q.heldAt[i] = now
 		}
 	}
 }
 
-// release flushes the held ACKs whose delay is up; the shard's clock calls
+// laterOfFlow reports whether a segment after segs[i] in the batch, still
+// to be sent, belongs to its flow.
+func laterOfFlow(segs []segment, drop []bool, i int) bool {
+	for j := i + 1; j < len(segs); j++ {
+		if !drop[j] && segs[j].tcp && segs[j].flow == segs[i].flow {
+			return true
+		}
+	}
+	return false
+}
+
+// armLocked sets the timer for the ACK held longest.
+func (q *txQueue) armLocked() {
+	if q.armed || q.held.len() == 0 {
+		return
+	}
+	q.armed = true
+	wait := max(time.Duration(q.held.oldest().since-q.clock.now())+q.delay, 1)
+	if q.timer == nil {
+		q.timer = q.clock.afterFuncExact(wait, q.release)
+	} else {
+		q.timer.Reset(wait)
+	}
+}
+
+// release sends the held ACKs whose delay is up; the shard's clock calls
 // it on the poller.
 func (q *txQueue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.armed = false
-	if !q.closed && len(q.pending) > 0 && !q.fragmenting {
+	if q.closed {
+		return
+	}
+	now := q.clock.now()
+	due := q.reclaimed[:0]
+	for q.held.len() > 0 && time.Duration(now-q.held.oldest().since) >= q.delay {
+		due = append(due, q.held.popOldest())
+	}
+	q.putBack(due, false)
+	clear(due)
+	q.reclaimed = due[:0]
+	if len(q.pending) > 0 && !q.fragmenting {
 		q.flushLocked()
 	}
+	q.armLocked()
 }
 
 // write hands frames to the link. When its ring is full, the packets of the
@@ -302,12 +401,7 @@ func (q *txQueue) write(frames []TxFrame, sent []int, unsent []bool) {
 func (q *txQueue) backlogged() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for i := range q.pending {
-		if q.heldAt[i] == 0 {
-			return true
-		}
-	}
-	return false
+	return len(q.pending) > 0
 }
 
 // offload translates gVisor's GSO options into link offload requests, and
