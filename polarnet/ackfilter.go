@@ -166,3 +166,7 @@ func remember(segs []segment, drop []bool, history map[flowKey]flowHistory) {
 // probe (Linux floors it at 10ms; polarnet's at TCPConfig.MinRecoveryTimer)
 // and Linux's own delayed ACK (40ms).
 const ackDelayDefault = time.Millisecond
+
+// ackBriefDelay is how long an ACK for two full-sized segments or more may
+// wait: enough for an application answering from memory.
+const ackBriefDelay = 20 * time.Microsecond

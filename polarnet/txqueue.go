@@ -26,8 +26,9 @@ type txQueue struct {
 	stats    *shardCounters
 	filter   bool
 	delay    time.Duration // 0: pure ACKs are never held
-	// holdBytes: a pure ACK is held only while it acknowledges less than
-	// this much beyond the flow's last ACK sent (two full-sized segments).
+	// holdBytes: a pure ACK is held up to delay while it acknowledges less
+	// than this much beyond the flow's last ACK sent (two full-sized
+	// segments), and only briefly past that.
 	holdBytes uint32
 	clock     *shardClock
 
@@ -39,7 +40,7 @@ type txQueue struct {
 	// heldAt is, per pending packet, when its flow's ACK was first held
 	// (shard clock); 0: not held.
 	heldAt []int64
-	held   ackHold
+	held   ackHolds
 	// retrying counts the packets at the front of pending that a full ring
 	// refused in the last flush.
 	retrying int
@@ -48,9 +49,11 @@ type txQueue struct {
 	segs     []segment
 	drop     []bool
 	hold     []bool
+	brief    []bool // of the held: in the brief tier
 	history  map[flowKey]flowHistory
 	timer    tcpip.Timer // flushes held ACKs when their delay is up
 	armed    bool
+	armedFor int64 // when the armed timer fires (shard clock)
 	closed   bool
 	// reclaimed is scratch space for held ACKs brought back into a flush.
 	reclaimed []heldACK
@@ -83,7 +86,6 @@ func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack A
 		filter:    !ack.DisableFilter,
 		holdBytes: 2 * uint32(max(mtu-header.IPv4MinimumSize-header.TCPMinimumSize, 1)),
 		clock:     clock,
-		held:      newACKHold(),
 		pending:   make([]*stack.PacketBuffer, 0, txBatchSize),
 		heldAt:    make([]int64, 0, txBatchSize),
 		frames:    make([]TxFrame, txBatchSize),
@@ -91,6 +93,7 @@ func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack A
 		segs:      make([]segment, txBatchSize),
 		drop:      make([]bool, txBatchSize),
 		hold:      make([]bool, txBatchSize),
+		brief:     make([]bool, txBatchSize),
 		sent:      make([]int, txBatchSize),
 		unsent:    make([]bool, txBatchSize),
 		history:   make(map[flowKey]flowHistory),
@@ -98,6 +101,7 @@ func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack A
 	if t.filter && ack.Delay > 0 {
 		t.delay = ack.Delay
 	}
+	t.held = newACKHolds(t.delay, min(t.delay, ackBriefDelay))
 	return t
 }
 
@@ -166,7 +170,7 @@ func (q *txQueue) scratch(n int) {
 	}
 	segs := make([]segment, n)
 	copy(segs, q.segs)
-	q.segs, q.drop, q.hold = segs, make([]bool, n), make([]bool, n)
+	q.segs, q.drop, q.hold, q.brief = segs, make([]bool, n), make([]bool, n), make([]bool, n)
 	q.frames, q.sent, q.unsent = make([]TxFrame, n), make([]int, n), make([]bool, n)
 }
 
@@ -183,14 +187,14 @@ func (q *txQueue) flushLocked() {
 		q.reclaimHeld()
 	}
 	n := len(q.pending)
-	segs, drop, hold, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.unsent[:n]
+	segs, drop, hold, brief, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.brief[:n], q.unsent[:n]
 	clear(drop)
 	clear(hold)
 	clear(unsent)
 	if q.filter {
 		q.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, q.heldAt, q.history)))
 		if q.delay > 0 {
-			q.holdACKs(segs, drop, hold)
+			q.holdACKs(segs, drop, hold, brief)
 		}
 	}
 
@@ -229,7 +233,11 @@ func (q *txQueue) flushLocked() {
 	for i, pkt := range q.pending {
 		switch {
 		case hold[i]:
-			q.held.push(heldACK{pkt: pkt, seg: segs[i], since: q.heldAt[i]})
+			tier := holdLong
+			if brief[i] {
+				tier = holdBrief
+			}
+			q.held.push(tier, heldACK{pkt: pkt, seg: segs[i], since: q.heldAt[i]})
 		case unsent[i]:
 			q.pending[kept], q.heldAt[kept] = pkt, q.heldAt[i]
 			kept++
@@ -291,28 +299,34 @@ func (q *txQueue) putBack(back []heldACK, parsed bool) {
 }
 
 // holdACKs marks the pure ACKs to hold back: the last segment of their flow
-// in the batch, allowed to be elided, acknowledging less than two
-// full-sized segments (a receiver must not wait longer, RFC 5681 4.2), and
-// not yet held for the full delay.
-func (q *txQueue) holdACKs(segs []segment, drop, hold []bool) {
+// in the batch, allowed to be elided, and not yet held for their tier's
+// delay. One that acknowledges two full-sized segments or more is held only
+// briefly (brief): a receiver should not wait longer (RFC 5681 4.2), but a
+// request of a few segments is mostly answered within microseconds.
+func (q *txQueue) holdACKs(segs []segment, drop, hold, brief []bool) {
 	now := q.clock.now()
 	holding := q.held.len()
 	for i := range segs {
 		a := &segs[i]
+		brief[i] = false
 		if drop[i] || !a.pureACK() || holding >= maxHeldACKs {
 			continue
 		}
 		last, known := q.history[a.flow]
-		if !mayElide(a, last, known) || uint32(a.ack-last.ack) >= q.holdBytes {
+		if !mayElide(a, last, known) {
 			continue
 		}
-		if at := q.heldAt[i]; at != 0 && time.Duration(now-at) >= q.delay {
+		tier := holdLong
+		if uint32(a.ack-last.ack) >= q.holdBytes {
+			tier = holdBrief
+		}
+		if at := q.heldAt[i]; at != 0 && time.Duration(now-at) >= q.held.tiers[tier].delay {
 			continue
 		}
 		if laterOfFlow(segs, drop, i) {
 			continue
 		}
-		hold[i] = true
+		hold[i], brief[i] = true, tier == holdBrief
 		holding++
 		q.stats.ackHeld.Add(1)
 		if q.heldAt[i] == 0 {
@@ -332,13 +346,15 @@ func laterOfFlow(segs []segment, drop []bool, i int) bool {
 	return false
 }
 
-// armLocked sets the timer for the ACK held longest.
+// armLocked sets the timer for the first held ACK due, unless it is set for
+// that time or earlier.
 func (q *txQueue) armLocked() {
-	if q.armed || q.held.len() == 0 {
+	when, ok := q.held.next()
+	if !ok || q.armed && q.armedFor <= when {
 		return
 	}
-	q.armed = true
-	wait := max(time.Duration(q.held.oldest().since-q.clock.now())+q.delay, 1)
+	q.armed, q.armedFor = true, when
+	wait := max(time.Duration(when-q.clock.now()), 1)
 	if q.timer == nil {
 		q.timer = q.clock.afterFuncExact(wait, q.release)
 	} else {
@@ -355,11 +371,7 @@ func (q *txQueue) release() {
 	if q.closed {
 		return
 	}
-	now := q.clock.now()
-	due := q.reclaimed[:0]
-	for q.held.len() > 0 && time.Duration(now-q.held.oldest().since) >= q.delay {
-		due = append(due, q.held.popOldest())
-	}
+	due := q.held.due(q.clock.now(), q.reclaimed[:0])
 	q.putBack(due, false)
 	clear(due)
 	q.reclaimed = due[:0]
