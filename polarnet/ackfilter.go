@@ -10,11 +10,11 @@ import (
 )
 
 // gVisor acknowledges every data segment at once with a pure ACK; when the
-// application answers within microseconds, the answer carries the same
-// acknowledgement and the pure ACK was a wasted segment at both ends. The
-// ACK filter drops such ACKs in the TX batch (in the spirit of CAKE's ACK
-// filter) and, with a delay budget, holds a pure ACK briefly so that an
-// answer can carry it: a delayed ACK at the link layer.
+// application answers soon, the answer carries the same acknowledgement and
+// the pure ACK was a wasted segment at both ends. The ACK filter drops such
+// ACKs in the TX batch (in the spirit of CAKE's ACK filter) and, with a
+// delay budget, holds a pure ACK (ackhold.go) so that an answer can carry
+// it: a delayed ACK at the link layer.
 
 // flowKey names a TCP flow as seen on the segments we send.
 type flowKey struct {

@@ -74,8 +74,8 @@ type Config struct {
 // much (never a duplicate ACK, one with SACK blocks, one opening a zero
 // window, or one with SYN, FIN or RST), and holds a pure ACK up to Delay
 // for a segment that can carry it: a delayed ACK, which gVisor lacks. As
-// RFC 5681 asks of a receiver, an ACK is never held once it would
-// acknowledge two full-sized segments, so a bulk sender still hears of
+// RFC 5681 asks of a receiver, an ACK that would acknowledge two full-sized
+// segments or more waits 20µs at most, so a bulk sender still hears of
 // every second segment at once.
 type ACKConfig struct {
 	// DisableFilter sends every ACK gVisor makes.
