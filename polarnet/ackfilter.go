@@ -94,6 +94,10 @@ func hasSACKBlocks(opts []byte) bool {
 type flowHistory struct {
 	ack    seqnum.Value
 	window uint16
+	// answers: the flow has sent data since its last long ACK hold ran
+	// out, so an ACK held long is likely to ride on an answer. A flow that
+	// only receives (a bulk download) would just see its ACKs late.
+	answers bool
 }
 
 // maxFlowHistory bounds the memory of the filter; past it, history starts
@@ -156,7 +160,10 @@ func remember(segs []segment, drop []bool, history map[flowKey]flowHistory) {
 	}
 	for i := range segs {
 		if s := &segs[i]; s.tcp && !drop[i] && s.flags&header.TCPFlagAck != 0 {
-			history[s.flow] = flowHistory{ack: s.ack, window: s.window}
+			h := history[s.flow]
+			h.ack, h.window = s.ack, s.window
+			h.answers = h.answers || s.payload > 0
+			history[s.flow] = h
 		}
 	}
 }

@@ -104,9 +104,9 @@ const (
 	ackPsh = header.TCPFlagAck | header.TCPFlagPsh
 )
 
-// batch sends a warm-up ACK per flow (so the filter knows the flows, with
-// ACK number 100 and the given window), then segs as one batch, and returns
-// the ACK numbers that left, warm-ups excluded.
+// batch sends a warm-up segment per flow (so the filter knows the flows, with
+// ACK number 100 and the given window, as flows that answer), then segs as
+// one batch, and returns the ACK numbers that left, warm-ups excluded.
 func batch(t *testing.T, cfg ACKConfig, lastWindow uint16, segs ...seg) ([]uint32, *txQueue) {
 	t.Helper()
 	rq := &recordingQueue{}
@@ -122,7 +122,7 @@ func batch(t *testing.T, cfg ACKConfig, lastWindow uint16, segs ...seg) ([]uint3
 	for _, s := range segs {
 		if f := (flow{s.port, s.v6}); !seen[f] {
 			seen[f] = true
-			require.Nil(t, q.WritePacket(packet(seg{port: s.port, flags: ack, ack: 100, window: lastWindow, v6: s.v6})))
+			require.Nil(t, q.WritePacket(packet(seg{port: s.port, flags: ackPsh, ack: 100, window: lastWindow, payload: 1, v6: s.v6})))
 		}
 	}
 	q.flush()
@@ -296,7 +296,7 @@ func TestACKDelayHoldsManyFlows(t *testing.T) {
 	for port := range uint16(flows) {
 		acks = append(acks, seg{port: port + 1, flags: ack, ack: 200, window: 500})
 		answers = append(answers, seg{port: port + 1, flags: ackPsh, ack: 200, window: 500, payload: 64})
-		send(t, q, seg{port: port + 1, flags: ack, ack: 100, window: 500})
+		send(t, q, seg{port: port + 1, flags: ackPsh, ack: 100, window: 500, payload: 1})
 	}
 	warm := len(rq.acks())
 	require.Equal(t, flows, warm, "first ACKs of unknown flows pass")
@@ -444,5 +444,34 @@ func TestACKDelayReleaseKeepsOrder(t *testing.T) {
 	require.Len(t, rq.sent, 3, "warm-up, the held ACK, the segment")
 	assert.Empty(t, rq.sent[1].Payload(), "the held ACK first")
 	assert.Len(t, rq.sent[2].Payload(), 64)
+	q.Close()
+}
+
+// TestACKDelayLongOnlyWhereAnswered: an ACK is held long only on a flow
+// that sends data (a bulk receiver's ACKs would just arrive late), and not
+// again once a long hold ran out, until the flow sends data once more.
+func TestACKDelayLongOnlyWhereAnswered(t *testing.T) {
+	rq := &recordingQueue{}
+	var stats shardCounters
+	q := newTxQueue(rq, 0, 1500, &stats, ACKConfig{Delay: time.Millisecond}, newShardClock(func() {}))
+	q.pollerAwake.Store(true)
+	send(t, q, seg{port: 1, flags: ack, ack: 100, window: 500})
+	send(t, q, seg{port: 1, flags: ack, ack: 200, window: 500})
+	assert.Len(t, q.held.tiers[holdBrief].index, 1, "a flow that never sent data: brief")
+	require.Eventually(t, func() bool {
+		q.clock.runDue(q.clock.read())
+		return len(rq.acks()) == 2
+	}, 5*time.Second, time.Millisecond)
+
+	send(t, q, seg{port: 1, flags: ackPsh, ack: 200, window: 500, payload: 64})
+	send(t, q, seg{port: 1, flags: ack, ack: 300, window: 500})
+	assert.Len(t, q.held.tiers[holdLong].index, 1, "once it answers: long")
+	require.Eventually(t, func() bool {
+		q.clock.runDue(q.clock.read())
+		return len(rq.acks()) == 4
+	}, 5*time.Second, time.Millisecond, "out when the delay is up")
+
+	send(t, q, seg{port: 1, flags: ack, ack: 400, window: 500})
+	assert.Len(t, q.held.tiers[holdBrief].index, 1, "no answer came: brief again")
 	q.Close()
 }

@@ -12,13 +12,15 @@ type heldACK struct {
 	pkt   *stack.PacketBuffer
 	seg   segment
 	since int64 // when the flow's first ACK of this wait was held (shard clock)
+	long  bool  // held in the long tier
 }
 
 // maxHeldACKs bounds the ACKs held at once; past it, ACKs leave unheld.
 const maxHeldACKs = 1 << 14
 
 // The two ways an ACK is held: up to the configured delay while it
-// acknowledges less than two full-sized segments, briefly past that.
+// acknowledges less than two full-sized segments on a flow that answers,
+// briefly otherwise.
 const (
 	holdLong = iota
 	holdBrief
@@ -40,7 +42,10 @@ func newACKHolds(long, brief time.Duration) ackHolds {
 func (h *ackHolds) len() int { return len(h.tiers[holdLong].index) + len(h.tiers[holdBrief].index) }
 
 // push holds e in tier; its flow must have no entry.
-func (h *ackHolds) push(tier int, e heldACK) { h.tiers[tier].push(e) }
+func (h *ackHolds) push(tier int, e heldACK) {
+	e.long = tier == holdLong
+	h.tiers[tier].push(e)
+}
 
 // take removes and returns the ACK held for flow, if any.
 func (h *ackHolds) take(flow flowKey) (heldACK, bool) {

@@ -76,7 +76,8 @@ type Config struct {
 // for a segment that can carry it: a delayed ACK, which gVisor lacks. As
 // RFC 5681 asks of a receiver, an ACK that would acknowledge two full-sized
 // segments or more waits 20µs at most, so a bulk sender still hears of
-// every second segment at once.
+// every second segment at once; so does one on a flow that has sent no data
+// since its last full wait, as nothing is likely to carry it.
 type ACKConfig struct {
 	// DisableFilter sends every ACK gVisor makes.
 	DisableFilter bool

@@ -302,7 +302,8 @@ func (q *txQueue) putBack(back []heldACK, parsed bool) {
 // in the batch, allowed to be elided, and not yet held for their tier's
 // delay. One that acknowledges two full-sized segments or more is held only
 // briefly (brief): a receiver should not wait longer (RFC 5681 4.2), but a
-// request of a few segments is mostly answered within microseconds.
+// request of a few segments is mostly answered within microseconds. So is
+// one on a flow that has not answered since its last long hold ran out.
 func (q *txQueue) holdACKs(segs []segment, drop, hold, brief []bool) {
 	now := q.clock.now()
 	holding := q.held.len()
@@ -317,7 +318,7 @@ func (q *txQueue) holdACKs(segs []segment, drop, hold, brief []bool) {
 			continue
 		}
 		tier := holdLong
-		if uint32(a.ack-last.ack) >= q.holdBytes {
+		if !last.answers || uint32(a.ack-last.ack) >= q.holdBytes {
 			tier = holdBrief
 		}
 		if at := q.heldAt[i]; at != 0 && time.Duration(now-at) >= q.held.tiers[tier].delay {
@@ -372,6 +373,12 @@ func (q *txQueue) release() {
 		return
 	}
 	due := q.held.due(q.clock.now(), q.reclaimed[:0])
+	for _, e := range due {
+		if h, ok := q.history[e.seg.flow]; ok && e.long {
+			h.answers = false
+			q.history[e.seg.flow] = h
+		}
+	}
 	q.putBack(due, false)
 	clear(due)
 	q.reclaimed = due[:0]
