@@ -104,16 +104,20 @@ const (
 	ackPsh = header.TCPFlagAck | header.TCPFlagPsh
 )
 
+// newQueue returns a TX queue writing to link, as an awake poller's.
+func newQueue(link Queue, cfg ACKConfig) *txQueue {
+	q := newTxQueue(link, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}))
+	q.pollerAwake.Store(true)
+	return q
+}
+
 // batch sends a warm-up segment per flow (so the filter knows the flows, with
 // ACK number 100 and the given window, as flows that answer), then segs as
 // one batch, and returns the ACK numbers that left, warm-ups excluded.
 func batch(t *testing.T, cfg ACKConfig, lastWindow uint16, segs ...seg) ([]uint32, *txQueue) {
 	t.Helper()
 	rq := &recordingQueue{}
-	var stats shardCounters
-	clock := newShardClock(func() {})
-	q := newTxQueue(rq, 0, 1500, &stats, cfg, clock)
-	q.pollerAwake.Store(true)
+	q := newQueue(rq, cfg)
 	type flow struct {
 		port uint16
 		v6   bool
@@ -189,9 +193,7 @@ func TestACKFilterNeverDrops(t *testing.T) {
 	}
 	t.Run("unknown flow", func(t *testing.T) {
 		rq := &recordingQueue{}
-		var stats shardCounters
-		q := newTxQueue(rq, 0, 1500, &stats, noDelay, newShardClock(func() {}))
-		q.pollerAwake.Store(true)
+		q := newQueue(rq, noDelay)
 		for _, s := range []seg{{port: 9, flags: ack, ack: 200, window: 5}, {port: 9, flags: ack, ack: 300, window: 5}} {
 			require.Nil(t, q.WritePacket(packet(s)))
 		}
@@ -230,15 +232,13 @@ func TestACKDelayNeverHolds(t *testing.T) {
 	}
 	t.Run("unknown flow", func(t *testing.T) {
 		rq := &recordingQueue{}
-		var stats shardCounters
-		q := newTxQueue(rq, 0, 1500, &stats, cfg, newShardClock(func() {}))
-		q.pollerAwake.Store(true)
+		q := newQueue(rq, cfg)
 		pkt := packet(seg{port: 9, flags: ack, ack: 200, window: 5})
 		require.Nil(t, q.WritePacket(pkt))
 		pkt.DecRef()
 		q.flush()
 		assert.Equal(t, []uint32{200}, rq.acks())
-		assert.Zero(t, stats.ackHeld.Load())
+		assert.Zero(t, q.stats.ackHeld.Load())
 		q.Close()
 	})
 }
@@ -288,9 +288,7 @@ func send(t *testing.T, q *txQueue, segs ...seg) {
 // each answer takes its flow's ACK with it.
 func TestACKDelayHoldsManyFlows(t *testing.T) {
 	rq := &recordingQueue{}
-	var stats shardCounters
-	q := newTxQueue(rq, 0, 1500, &stats, ACKConfig{Delay: time.Hour}, newShardClock(func() {}))
-	q.pollerAwake.Store(true)
+	q := newQueue(rq, ACKConfig{Delay: time.Hour})
 	const flows = 3 * txBatchSize
 	var acks, answers []seg
 	for port := range uint16(flows) {
@@ -303,7 +301,7 @@ func TestACKDelayHoldsManyFlows(t *testing.T) {
 
 	send(t, q, acks...)
 	assert.Equal(t, warm, len(rq.acks()), "every flow's ACK is held")
-	assert.Equal(t, uint64(flows), stats.ackHeld.Load())
+	assert.Equal(t, uint64(flows), q.stats.ackHeld.Load())
 	assert.Equal(t, flows, q.held.len())
 
 	// Answers come in another order than the ACKs were held.
@@ -313,7 +311,7 @@ func TestACKDelayHoldsManyFlows(t *testing.T) {
 	for _, th := range rq.sent[warm:] {
 		assert.Len(t, th.Payload(), 64)
 	}
-	assert.Equal(t, uint64(flows), stats.ackFiltered.Load())
+	assert.Equal(t, uint64(flows), q.stats.ackFiltered.Load())
 	assert.Zero(t, q.held.len())
 	q.Close()
 }
@@ -411,9 +409,7 @@ func (n *narrowQueue) WriteBurst(frames []TxFrame) (int, error) {
 
 func TestTxQueueKeepsWhatAFullRingRefused(t *testing.T) {
 	nq := &narrowQueue{room: 2}
-	var stats shardCounters
-	q := newTxQueue(nq, 0, 1500, &stats, ACKConfig{DisableFilter: true}, newShardClock(func() {}))
-	q.pollerAwake.Store(true)
+	q := newQueue(nq, ACKConfig{DisableFilter: true})
 	for i := range 5 {
 		pkt := packet(seg{port: 1, flags: ackPsh, ack: uint32(100 + i), window: 500, payload: 10})
 		require.Nil(t, q.WritePacket(pkt))
@@ -426,8 +422,8 @@ func TestTxQueueKeepsWhatAFullRingRefused(t *testing.T) {
 	q.flush()
 	assert.Equal(t, []uint32{100, 101, 102, 103, 104}, nq.acks(), "every frame left, in order")
 	assert.False(t, q.backlogged())
-	assert.Equal(t, uint64(3+1), stats.txRetried.Load(), "refused 3, then 1")
-	assert.Zero(t, stats.txRingFull.Load(), "nothing dropped")
+	assert.Equal(t, uint64(3+1), q.stats.txRetried.Load(), "refused 3, then 1")
+	assert.Zero(t, q.stats.txRingFull.Load(), "nothing dropped")
 }
 
 // TestACKDelayReleaseKeepsOrder: a held ACK whose delay runs out while a
@@ -452,9 +448,7 @@ func TestACKDelayReleaseKeepsOrder(t *testing.T) {
 // again once a long hold ran out, until the flow sends data once more.
 func TestACKDelayLongOnlyWhereAnswered(t *testing.T) {
 	rq := &recordingQueue{}
-	var stats shardCounters
-	q := newTxQueue(rq, 0, 1500, &stats, ACKConfig{Delay: time.Millisecond}, newShardClock(func() {}))
-	q.pollerAwake.Store(true)
+	q := newQueue(rq, ACKConfig{Delay: time.Millisecond})
 	send(t, q, seg{port: 1, flags: ack, ack: 100, window: 500})
 	send(t, q, seg{port: 1, flags: ack, ack: 200, window: 500})
 	assert.Len(t, q.held.tiers[holdBrief].index, 1, "a flow that never sent data: brief")
