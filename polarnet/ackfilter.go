@@ -22,6 +22,11 @@ type flowKey struct {
 	srcPort, dstPort uint16
 }
 
+// same reports whether g is f; ports first, as they tell most flows apart.
+func (f *flowKey) same(g *flowKey) bool {
+	return f.srcPort == g.srcPort && f.dstPort == g.dstPort && *f == *g
+}
+
 // segment is what the ACK filter needs to know of an outgoing packet.
 type segment struct {
 	tcp     bool // a TCP segment the filter understood; others pass untouched
@@ -121,7 +126,7 @@ func mayElide(a *segment, last flowHistory, known bool) bool {
 // does: the same flow, an acknowledgement at least as far, a window at
 // least as large, and no reset.
 func supersedes(b, a *segment) bool {
-	return b.tcp && b.flow == a.flow && b.flags&header.TCPFlagAck != 0 && b.flags&header.TCPFlagRst == 0 &&
+	return b.tcp && b.flow.same(&a.flow) && b.flags&header.TCPFlagAck != 0 && b.flags&header.TCPFlagRst == 0 &&
 		!b.ack.LessThan(a.ack) && b.window >= a.window
 }
 

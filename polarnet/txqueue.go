@@ -340,7 +340,7 @@ func (q *txQueue) holdACKs(segs []segment, drop, hold, brief []bool) {
 // to be sent, belongs to its flow.
 func laterOfFlow(segs []segment, drop []bool, i int) bool {
 	for j := i + 1; j < len(segs); j++ {
-		if !drop[j] && segs[j].tcp && segs[j].flow == segs[i].flow {
+		if !drop[j] && segs[j].tcp && segs[j].flow.same(&segs[i].flow) {
 			return true
 		}
 	}
