@@ -141,7 +141,8 @@ type TCPConfig struct {
 	// running timer's deadline without re-arming it, so a tail-loss probe
 	// still goes out when a floored wake-up finds the last send older than
 	// 2 SRTT, which queueing at 64 connections does (a real floor needs
-	// gVisor to floor the probe timeout, as Linux does at 10ms).
+	// gVisor to floor the probe timeout, as Linux does: 2 SRTT plus two
+	// jiffies).
 	// Zero: 50ms; negative: no floor.
 	MinRecoveryTimer time.Duration
 
