@@ -12,9 +12,14 @@ type deadline struct {
 	timer   *time.Timer
 	expired chan struct{}
 	at      time.Time
+	// wake, if set, is called after expired is closed: a conn's blocked
+	// operation waits on one channel, not on a select over three.
+	wake func()
 }
 
-func newDeadline() *deadline { return &deadline{expired: make(chan struct{})} }
+func newDeadline(wake func()) *deadline {
+	return &deadline{expired: make(chan struct{}), wake: wake}
+}
 
 // set moves the deadline; the zero time removes it. An operation blocked on
 // the old channel wakes only if the new deadline has already passed.
@@ -34,7 +39,7 @@ func (d *deadline) set(t time.Time) {
 	}
 	wait := time.Until(t)
 	if wait <= 0 {
-		close(d.expired)
+		d.expireLocked()
 		return
 	}
 	ch := d.expired
@@ -42,9 +47,16 @@ func (d *deadline) set(t time.Time) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.expired == ch && !isClosed(ch) {
-			close(ch)
+			d.expireLocked()
 		}
 	})
+}
+
+func (d *deadline) expireLocked() {
+	close(d.expired)
+	if d.wake != nil {
+		d.wake()
+	}
 }
 
 // done returns the channel that is closed when the current deadline passes.
@@ -61,6 +73,15 @@ func (d *deadline) stop() {
 	if d.timer != nil {
 		d.timer.Stop()
 		d.timer = nil
+	}
+}
+
+// signal wakes the one operation that waits on ready, or the next one to:
+// ready holds one token.
+func signal(ready chan struct{}) {
+	select {
+	case ready <- struct{}{}:
+	default:
 	}
 }
 

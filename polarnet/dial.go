@@ -186,7 +186,7 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 	l := &TCPListener{
 		network:   network,
 		keepAlive: keepAlive,
-		deadline:  newDeadline(),
+		deadline:  newDeadline(nil),
 		ready:     make(chan struct{}, 1),
 		closed:    make(chan struct{}),
 		stack:     s,

@@ -36,10 +36,11 @@ type sock struct {
 
 func (s *sock) init(ep tcpip.Endpoint, wq *waiter.Queue, network string, extra waiter.EventMask) {
 	s.ep, s.wq, s.network = ep, wq, network
-	s.readDeadline, s.writeDeadline = newDeadline(), newDeadline()
 	s.closed = make(chan struct{})
 	s.readEntry, s.readReady = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventErr | extra)
 	s.writeEntry, s.writeReady = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventErr | extra)
+	s.readDeadline = newDeadline(func() { signal(s.readReady) })
+	s.writeDeadline = newDeadline(func() { signal(s.writeReady) })
 	wq.EventRegister(&s.readEntry)
 	wq.EventRegister(&s.writeEntry)
 }
@@ -50,21 +51,19 @@ func (s *sock) opErr(op string, err error) error {
 
 func (s *sock) isClosed() bool { return isClosed(s.closed) }
 
-// waitRead blocks until the endpoint may be readable; it returns the error
-// to report when the deadline passed or the socket was closed meanwhile.
-func (s *sock) waitRead(expired <-chan struct{}) error {
-	return s.wait(s.readReady, expired, "read")
-}
+// waitRead blocks until the endpoint may be readable or the read deadline
+// moved; it returns the error to report when the socket was closed
+// meanwhile. The caller checks its deadline again. The endpoint, the
+// deadline and Close all signal the one channel (ops on one channel are
+// serialized by readMu or writeMu, so one token wakes the only waiter):
+// a receive costs less than a select over three channels, once per op.
+func (s *sock) waitRead() error { return s.wait(s.readReady, "read") }
 
-func (s *sock) waitWrite(expired <-chan struct{}) error {
-	return s.wait(s.writeReady, expired, "write")
-}
+func (s *sock) waitWrite() error { return s.wait(s.writeReady, "write") }
 
-func (s *sock) wait(ready chan struct{}, expired <-chan struct{}, op string) error {
-	select {
-	case <-ready:
-	case <-expired:
-	case <-s.closed:
+func (s *sock) wait(ready chan struct{}, op string) error {
+	<-ready
+	if s.isClosed() {
 		return s.opErr(op, net.ErrClosed)
 	}
 	return nil
@@ -76,6 +75,8 @@ func (s *sock) Close() error {
 	s.closeOnce.Do(func() {
 		err = nil
 		close(s.closed)
+		signal(s.readReady)
+		signal(s.writeReady)
 		s.wq.EventUnregister(&s.readEntry)
 		s.wq.EventUnregister(&s.writeEntry)
 		s.readDeadline.stop()

@@ -78,7 +78,7 @@ func (c *TCPConn) Read(b []byte) (int, error) {
 		default:
 			return 0, c.readErr(err)
 		}
-		if err := c.waitRead(expired); err != nil {
+		if err := c.waitRead(); err != nil {
 			return 0, err
 		}
 	}
@@ -124,7 +124,7 @@ func (c *TCPConn) write(b []byte) (int, error) {
 			}
 			return n, c.opErr("write", syscallErr("write", err))
 		}
-		if err := c.waitWrite(expired); err != nil {
+		if err := c.waitWrite(); err != nil {
 			return n, err
 		}
 	}

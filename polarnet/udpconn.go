@@ -163,7 +163,7 @@ func (c *UDPConn) readFrom(b []byte, needAddr bool) (int, netip.AddrPort, error)
 			}
 			return 0, netip.AddrPort{}, c.opErr("read", syscallErr("recvfrom", terr))
 		}
-		if err := c.waitRead(expired); err != nil {
+		if err := c.waitRead(); err != nil {
 			return 0, netip.AddrPort{}, err
 		}
 	}
@@ -253,7 +253,7 @@ func (c *UDPConn) writeTo(b []byte, to *tcpip.FullAddress) (int, error) {
 		default:
 			return 0, c.opErrTo("write", dst, syscallErr("sendto", terr))
 		}
-		if err := c.wait(c.writeReady, expired, "write"); err != nil {
+		if err := c.waitWrite(); err != nil {
 			return 0, c.opErrTo("write", dst, net.ErrClosed)
 		}
 	}
