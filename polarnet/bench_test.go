@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
@@ -16,7 +17,7 @@ import (
 // response between two stacks over the in-memory link, at the link's
 // largest MTU (one segment per message) and at 1500, in each poll mode,
 // with the ACK filter on and off. segs/op counts frames on the link in both
-// directions.
+// directions, cpu-ns/op the process's CPU time (both stacks and both apps).
 func BenchmarkRoundTrip4K(b *testing.B) {
 	for _, mtu := range []int{65535, 1500} {
 		for _, mode := range []polarnet.PollMode{polarnet.PollAdaptive, polarnet.PollBlocking} {
@@ -33,15 +34,14 @@ func BenchmarkRoundTrip4K(b *testing.B) {
 					for range 100 {
 						roundTrip(b, client, req, resp)
 					}
-					frames := func() uint64 { return a.Stats().Total.TxFrames + z.Stats().Total.TxFrames }
-					before := frames()
+					meter := startMeter(a, z)
 					b.ReportAllocs()
 					b.ResetTimer()
 					for b.Loop() {
 						roundTrip(b, client, req, resp)
 					}
 					b.StopTimer()
-					b.ReportMetric(float64(frames()-before)/float64(b.N), "segs/op")
+					meter.report(b)
 				})
 			}
 		}
@@ -82,8 +82,7 @@ func BenchmarkRoundTrip4K64Conns(b *testing.B) {
 		go echo4K(server)
 		clients[i] = client
 	}
-	frames := func() uint64 { return a.Stats().Total.TxFrames + z.Stats().Total.TxFrames }
-	before := frames()
+	meter := startMeter(a, z)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.SetParallelism((conns + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
@@ -96,5 +95,29 @@ func BenchmarkRoundTrip4K64Conns(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(frames()-before)/float64(b.N), "segs/op")
+	meter.report(b)
+}
+
+// opMeter reports what a round-trip benchmark cost per op: frames on the
+// link in both directions (segs/op) and the process's CPU time (cpu-ns/op),
+// a steadier figure than elapsed time on a shared machine.
+type opMeter struct {
+	a, z   *polarnet.Stack
+	frames uint64
+	cpu    time.Duration
+}
+
+func startMeter(a, z *polarnet.Stack) opMeter {
+	m := opMeter{a: a, z: z}
+	m.frames, m.cpu = m.framesNow(), processCPU()
+	return m
+}
+
+func (m opMeter) framesNow() uint64 {
+	return m.a.Stats().Total.TxFrames + m.z.Stats().Total.TxFrames
+}
+
+func (m opMeter) report(b *testing.B) {
+	b.ReportMetric(float64(processCPU()-m.cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(m.framesNow()-m.frames)/float64(b.N), "segs/op")
 }

@@ -120,17 +120,15 @@ func BenchmarkGRO(b *testing.B) {
 				for range 100 {
 					roundTrip(b, client, req, resp)
 				}
-				frames := func() uint64 { return a.Stats().Total.TxFrames + z.Stats().Total.TxFrames }
 				segs := func() uint64 { return tcpSegmentsIn(a) + tcpSegmentsIn(z) }
-				f0, s0, c0 := frames(), segs(), processCPU()
+				meter, s0 := startMeter(a, z), segs()
 				b.ReportAllocs()
 				b.ResetTimer()
 				for b.Loop() {
 					roundTrip(b, client, req, resp)
 				}
 				b.StopTimer()
-				b.ReportMetric(float64(processCPU()-c0)/float64(b.N), "cpu-ns/op")
-				b.ReportMetric(float64(frames()-f0)/float64(b.N), "segs/op")
+				meter.report(b)
 				b.ReportMetric(float64(segs()-s0)/float64(b.N), "tcp-in/op")
 			})
 			b.Run(fmt.Sprintf("stream/mtu=%d/gro=%v", mtu, gro), func(b *testing.B) {
