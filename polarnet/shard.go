@@ -182,21 +182,25 @@ func (s *shard) refill(i int) {
 	s.rx[i] = RxFrame{Buf: v.AsSlice()}
 }
 
-// payload turns the frame in RX slot i into a packet payload. A frame that
-// fills at least half of a pooled view keeps it (the link's write was the
-// only copy); any other frame is copied into views of its own size, so a
-// small frame does not pin a large buffer in a socket's receive queue.
-func (s *shard) payload(i, length int) buffer.Buffer {
+// payload turns the frame in RX slot i into a packet payload, its first
+// headers bytes (if any) in a view of their own (see rxheaders.go). A frame
+// that fills at least half of a pooled view keeps it (the link's write was
+// the only copy); any other frame is copied into views of its own size, so
+// a small frame does not pin a large buffer in a socket's receive queue.
+func (s *shard) payload(i, length, headers int) buffer.Buffer {
+	frame := s.rx[i].Buf[:length]
+	var b buffer.Buffer
+	if headers > 0 {
+		b.Append(buffer.NewViewWithData(frame[:headers]))
+		frame = frame[headers:]
+	}
 	if v := s.rxViews[i]; v != nil && 2*length >= s.rxSize {
 		v.CapLength(length)
+		v.TrimFront(headers)
 		s.refill(i)
-		return buffer.MakeWithView(v)
+		b.Append(v)
+		return b
 	}
-	frame := s.rx[i].Buf[:length]
-	if length <= buffer.MaxChunkSize {
-		return buffer.MakeWithData(frame)
-	}
-	var b buffer.Buffer
 	for len(frame) > 0 {
 		n := min(len(frame), buffer.MaxChunkSize)
 		b.Append(buffer.NewViewWithData(frame[:n]))
@@ -341,7 +345,7 @@ func (s *shard) deliver(n int) {
 		if sharded {
 			dst = s.owner.owner(proto, frame[header.EthernetMinimumSize:])
 		}
-		payload := s.payload(i, length)
+		payload := s.payload(i, length, headerSplit(proto, frame))
 		switch dst {
 		case toReceiver, s.id:
 			s.deliverPayload(proto, payload)

@@ -1,0 +1,81 @@
+package polarnet
+
+import (
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// Received frames keep their headers in a view of their own. gVisor's IPv4
+// and IPv6 layers take a reference to the network header's view
+// (NetworkHeader().View()) and then read headers again; the buffer sees its
+// chunk shared and clones it, copying the whole chunk: 4 to 64 KiB for a
+// data segment, once per segment received. With the headers apart, the clone
+// copies a 128-byte chunk.
+
+// splitHeadersAbove is the frame length from which the headers get their own
+// view: for a shorter frame the clone costs about what the extra view would.
+const splitHeadersAbove = 256
+
+// headerSplit returns where a received Ethernet frame splits: after its
+// Ethernet, IP and TCP or UDP headers, or 0 to keep it whole.
+func headerSplit(ethType tcpip.NetworkProtocolNumber, frame []byte) int {
+	if len(frame) <= splitHeadersAbove {
+		return 0
+	}
+	n := headersLength(ethType, frame[header.EthernetMinimumSize:])
+	if n == 0 || header.EthernetMinimumSize+n == len(frame) {
+		return 0
+	}
+	return header.EthernetMinimumSize + n
+}
+
+// headersLength returns the length of an IP packet's network and TCP or UDP
+// headers, the Ethernet header already removed; 0 for anything else, which
+// stays in one view.
+func headersLength(ethType tcpip.NetworkProtocolNumber, pkt []byte) int {
+	var (
+		proto uint8
+		l4    []byte
+	)
+	switch ethType {
+	case header.IPv4ProtocolNumber:
+		if len(pkt) < header.IPv4MinimumSize {
+			return 0
+		}
+		ip := header.IPv4(pkt)
+		hl := int(ip.HeaderLength())
+		if hl < header.IPv4MinimumSize || hl > len(pkt) || ip.More() || ip.FragmentOffset() != 0 {
+			return 0
+		}
+		proto, l4 = ip.Protocol(), pkt[hl:]
+	case header.IPv6ProtocolNumber:
+		if len(pkt) < header.IPv6MinimumSize {
+			return 0
+		}
+		var ok bool
+		if proto, l4, ok = skipIPv6Extensions(header.IPv6(pkt).NextHeader(), pkt[header.IPv6MinimumSize:]); !ok {
+			return 0
+		}
+	default:
+		return 0
+	}
+	var l4Headers int
+	switch tcpip.TransportProtocolNumber(proto) {
+	case header.TCPProtocolNumber:
+		if len(l4) < header.TCPMinimumSize {
+			return 0
+		}
+		l4Headers = int(header.TCP(l4).DataOffset())
+		if l4Headers < header.TCPMinimumSize || l4Headers > len(l4) {
+			return 0
+		}
+	case header.UDPProtocolNumber:
+		l4Headers = header.UDPMinimumSize
+		if l4Headers > len(l4) {
+			return 0
+		}
+	default:
+		return 0
+	}
+	return len(pkt) - len(l4) + l4Headers
+}
