@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -53,6 +54,54 @@ func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuff
 	// the NIC marks every packet validated anyway.
 	pkt.RXChecksumValidated = true
 	g.gro.Enqueue(pkt)
+}
+
+// markLone sets lone[i] for each frame of a burst that is the only one of
+// its TCP flow in the burst: GRO has nothing to merge it with, and the
+// poller delivers it directly. At 64 conns of 4 KiB rr, one segment per
+// message, going through GRO for nothing cost ~3% of the CPU. Frames that
+// are not TCP, or not well formed, are never lone. keys is scratch space.
+func markLone(frames []RxFrame, keys []uint64, lone []bool) {
+	for i := range frames {
+		keys[i] = tcpFlowHash(frames[i])
+	}
+	for i, key := range keys {
+		lone[i] = key != 0
+		for j, other := range keys {
+			if j != i && other == key {
+				lone[i] = false
+				break
+			}
+		}
+	}
+}
+
+// tcpFlowHash hashes a received frame's TCP flow: addresses and ports; 0
+// when it is not a TCP segment. Two flows may collide: that only sends
+// their frames through GRO.
+func tcpFlowHash(f RxFrame) uint64 {
+	if f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf) {
+		return 0
+	}
+	frame := f.Buf[:f.Len]
+	ethType := header.Ethernet(frame).Type()
+	pkt := frame[header.EthernetMinimumSize:]
+	proto, l4 := transportOf(ethType, pkt)
+	if tcpip.TransportProtocolNumber(proto) != header.TCPProtocolNumber || len(l4) < 4 {
+		return 0
+	}
+	var addrs []byte
+	if ethType == header.IPv4ProtocolNumber {
+		addrs = pkt[12:20]
+	} else {
+		addrs = pkt[8:40]
+	}
+	const mix = 0x9e3779b97f4a7c15 // odd: multiplying by it spreads bits
+	h := uint64(binary.LittleEndian.Uint32(l4))
+	for ; len(addrs) >= 8; addrs = addrs[8:] {
+		h = (h ^ binary.LittleEndian.Uint64(addrs)) * mix
+	}
+	return h | 1
 }
 
 // flush delivers every packet GRO holds.

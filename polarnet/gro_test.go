@@ -339,3 +339,31 @@ func BenchmarkGROOverhead(b *testing.B) {
 		}
 	})
 }
+
+// TestMarkLone: a frame goes around GRO only when no other frame of its TCP
+// flow is in the burst; what is not TCP never does.
+func TestMarkLone(t *testing.T) {
+	rxFrame := func(s groSeg) RxFrame {
+		proto, pkt := s.frame()
+		defer pkt.DecRef()
+		eth := make([]byte, header.EthernetMinimumSize)
+		header.Ethernet(eth).Encode(&header.EthernetFields{Type: proto})
+		buf := pkt.Data().ToBuffer()
+		defer buf.Release()
+		frame := append(eth, buf.Flatten()...)
+		return RxFrame{Buf: append(frame, make([]byte, 64)...), Len: len(frame)}
+	}
+	ack := header.TCPFlagAck
+	burst := []RxFrame{
+		rxFrame(groSeg{port: 1, seq: 1, flags: ack, payload: []byte("a")}),           // flow 1, again below
+		rxFrame(groSeg{port: 2, seq: 1, flags: ack, payload: []byte("b")}),           // alone
+		rxFrame(groSeg{port: 1, seq: 2, flags: ack}),                                 // flow 1's pure ACK
+		rxFrame(groSeg{port: 2, seq: 1, flags: ack, payload: []byte("c"), v6: true}), // alone: IPv6 is another flow
+		rxFrame(groSeg{port: 3, seq: 1, flags: ack, payload: []byte("d"), udp: true}),
+		{Buf: make([]byte, 10), Len: 10}, // shorter than an Ethernet header
+		{Buf: make([]byte, 10), Len: 99}, // longer than its buffer
+	}
+	keys, lone := make([]uint64, len(burst)), make([]bool, len(burst))
+	markLone(burst, keys, lone)
+	assert.Equal(t, []bool{false, true, false, true, false, false, false}, lone)
+}

@@ -33,30 +33,8 @@ func headerSplit(ethType tcpip.NetworkProtocolNumber, frame []byte) int {
 // headers, the Ethernet header already removed; 0 for anything else, which
 // stays in one view.
 func headersLength(ethType tcpip.NetworkProtocolNumber, pkt []byte) int {
-	var (
-		proto uint8
-		l4    []byte
-	)
-	switch ethType {
-	case header.IPv4ProtocolNumber:
-		if len(pkt) < header.IPv4MinimumSize {
-			return 0
-		}
-		ip := header.IPv4(pkt)
-		hl := int(ip.HeaderLength())
-		if hl < header.IPv4MinimumSize || hl > len(pkt) || ip.More() || ip.FragmentOffset() != 0 {
-			return 0
-		}
-		proto, l4 = ip.Protocol(), pkt[hl:]
-	case header.IPv6ProtocolNumber:
-		if len(pkt) < header.IPv6MinimumSize {
-			return 0
-		}
-		var ok bool
-		if proto, l4, ok = skipIPv6Extensions(header.IPv6(pkt).NextHeader(), pkt[header.IPv6MinimumSize:]); !ok {
-			return 0
-		}
-	default:
+	proto, l4 := transportOf(ethType, pkt)
+	if l4 == nil {
 		return 0
 	}
 	var l4Headers int
@@ -78,4 +56,32 @@ func headersLength(ethType tcpip.NetworkProtocolNumber, pkt []byte) int {
 		return 0
 	}
 	return len(pkt) - len(l4) + l4Headers
+}
+
+// transportOf returns an IP packet's transport protocol and what follows its
+// IP headers, the Ethernet header already removed; nil for anything else
+// (not IP, a fragment, malformed).
+func transportOf(ethType tcpip.NetworkProtocolNumber, pkt []byte) (proto uint8, l4 []byte) {
+	switch ethType {
+	case header.IPv4ProtocolNumber:
+		if len(pkt) < header.IPv4MinimumSize {
+			return 0, nil
+		}
+		ip := header.IPv4(pkt)
+		hl := int(ip.HeaderLength())
+		if hl < header.IPv4MinimumSize || hl > len(pkt) || ip.More() || ip.FragmentOffset() != 0 {
+			return 0, nil
+		}
+		return ip.Protocol(), pkt[hl:]
+	case header.IPv6ProtocolNumber:
+		if len(pkt) < header.IPv6MinimumSize {
+			return 0, nil
+		}
+		proto, l4, ok := skipIPv6Extensions(header.IPv6(pkt).NextHeader(), pkt[header.IPv6MinimumSize:])
+		if !ok {
+			return 0, nil
+		}
+		return proto, l4
+	}
+	return 0, nil
 }

@@ -47,8 +47,11 @@ type shard struct {
 	rx      []RxFrame
 	rxViews []*buffer.View
 	gro     *rxGRO // gro.go; nil when Config.DisableGRO
-	done    chan struct{}
-	stopped atomic.Bool
+	// flowKeys and lone are markLone's (gro.go) per-burst scratch and result.
+	flowKeys []uint64
+	lone     []bool
+	done     chan struct{}
+	stopped  atomic.Bool
 
 	// in holds one ring per other shard for frames steered here in
 	// software; woken lists the shards this burst handed frames to.
@@ -117,6 +120,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 	}
 	s.rx = make([]RxFrame, rxBurstSize)
 	s.rxViews = make([]*buffer.View, rxBurstSize)
+	s.flowKeys, s.lone = make([]uint64, rxBurstSize), make([]bool, rxBurstSize)
 	for i := range s.rx {
 		s.refill(i)
 	}
@@ -320,6 +324,9 @@ func (s *shard) deliver(n int) {
 	}
 	s.stats.rxFrames.Add(uint64(n))
 	s.stats.rxBytes.Add(bytes)
+	if s.gro != nil {
+		markLone(s.rx[:n], s.flowKeys[:n], s.lone[:n])
+	}
 	for i := range n {
 		f := &s.rx[i]
 		length := f.Len
@@ -348,14 +355,14 @@ func (s *shard) deliver(n int) {
 		payload := s.payload(i, length, headerSplit(proto, frame))
 		switch dst {
 		case toReceiver, s.id:
-			s.deliverPayload(proto, payload)
+			s.deliverPayload(proto, payload, !s.lone[i])
 		case toAll:
 			for _, peer := range s.owner.shards {
 				if peer != s {
 					s.handOff(peer, proto, payload.Clone(), &s.stats.shareOut)
 				}
 			}
-			s.deliverPayload(proto, payload)
+			s.deliverPayload(proto, payload, !s.lone[i])
 		default:
 			s.handOff(s.owner.shards[dst], proto, payload, &s.stats.handoffOut)
 		}
@@ -365,11 +372,13 @@ func (s *shard) deliver(n int) {
 	}
 }
 
-func (s *shard) deliverPayload(proto tcpip.NetworkProtocolNumber, payload buffer.Buffer) {
+// deliverPayload hands a received frame to the stack; through GRO if the
+// shard has it and mayCoalesce.
+func (s *shard) deliverPayload(proto tcpip.NetworkProtocolNumber, payload buffer.Buffer, mayCoalesce bool) {
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
 	if _, ok := pkt.LinkHeader().Consume(header.EthernetMinimumSize); !ok {
 		s.stats.rxBadFrame.Add(1)
-	} else if s.gro != nil {
+	} else if s.gro != nil && mayCoalesce {
 		s.gro.enqueue(proto, pkt)
 	} else if !s.ep.deliver(proto, pkt) {
 		s.stats.rxNoDispatcher.Add(1)
@@ -413,7 +422,7 @@ func (s *shard) receiveHandoffs() int {
 			if !ok {
 				break
 			}
-			s.deliverPayload(h.proto, h.payload)
+			s.deliverPayload(h.proto, h.payload, true)
 			n++
 		}
 	}
