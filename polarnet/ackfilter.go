@@ -27,8 +27,12 @@ func (f *flowKey) same(g *flowKey) bool {
 	return f.srcPort == g.srcPort && f.dstPort == g.dstPort && *f == *g
 }
 
-// segment is what the ACK filter needs to know of an outgoing packet.
+// segment is what the ACK filter needs to know of an outgoing packet, and
+// the packet's headers, read once per flush: every read walks the packet's
+// views (gVisor's PacketHeader.Slice).
 type segment struct {
+	network, transport []byte // the packet's headers, whatever its protocol
+
 	tcp     bool // a TCP segment the filter understood; others pass untouched
 	flow    flowKey
 	flags   header.TCPFlags
@@ -43,32 +47,28 @@ func (s *segment) pureACK() bool {
 	return s.tcp && s.payload == 0 && !s.sack && s.flags&^header.TCPFlagPsh == header.TCPFlagAck
 }
 
-// parseSegment reads the TCP header of an outgoing packet.
+// parseSegment reads the headers of an outgoing packet.
 func parseSegment(pkt *stack.PacketBuffer) segment {
-	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
-		return segment{}
+	s := segment{network: pkt.NetworkHeader().Slice(), transport: pkt.TransportHeader().Slice()}
+	th := header.TCP(s.transport)
+	if pkt.TransportProtocolNumber != header.TCPProtocolNumber || len(th) < header.TCPMinimumSize || int(th.DataOffset()) > len(th) {
+		return s
 	}
-	th := header.TCP(pkt.TransportHeader().Slice())
-	if len(th) < header.TCPMinimumSize || int(th.DataOffset()) > len(th) {
-		return segment{}
-	}
-	s := segment{
-		tcp:     true,
-		flags:   th.Flags(),
-		ack:     seqnum.Value(th.AckNumber()),
-		window:  th.WindowSize(),
-		payload: pkt.Data().Size(),
-		sack:    hasSACKBlocks(th[header.TCPMinimumSize:th.DataOffset()]),
+	switch pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		s.flow.src, s.flow.dst = header.IPv4(s.network).SourceAddress(), header.IPv4(s.network).DestinationAddress()
+	case header.IPv6ProtocolNumber:
+		s.flow.src, s.flow.dst = header.IPv6(s.network).SourceAddress(), header.IPv6(s.network).DestinationAddress()
+	default:
+		return s
 	}
 	s.flow.srcPort, s.flow.dstPort = th.SourcePort(), th.DestinationPort()
-	switch nh := pkt.NetworkHeader().Slice(); pkt.NetworkProtocolNumber {
-	case header.IPv4ProtocolNumber:
-		s.flow.src, s.flow.dst = header.IPv4(nh).SourceAddress(), header.IPv4(nh).DestinationAddress()
-	case header.IPv6ProtocolNumber:
-		s.flow.src, s.flow.dst = header.IPv6(nh).SourceAddress(), header.IPv6(nh).DestinationAddress()
-	default:
-		return segment{}
-	}
+	s.tcp = true
+	s.flags = th.Flags()
+	s.ack = seqnum.Value(th.AckNumber())
+	s.window = th.WindowSize()
+	s.payload = pkt.Data().Size()
+	s.sack = hasSACKBlocks(th[header.TCPMinimumSize:th.DataOffset()])
 	return s
 }
 

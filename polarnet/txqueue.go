@@ -180,10 +180,10 @@ func (q *txQueue) flushLocked() {
 		completeFragmentedUDP(q.pending)
 		q.pendingFragments = false
 	}
+	for i, pkt := range q.pending {
+		q.segs[i] = parseSegment(pkt)
+	}
 	if q.filter {
-		for i, pkt := range q.pending {
-			q.segs[i] = parseSegment(pkt)
-		}
 		q.reclaimHeld()
 	}
 	n := len(q.pending)
@@ -215,7 +215,7 @@ func (q *txQueue) flushLocked() {
 			q.iovecs = append(q.iovecs, b[off:])
 			off = 0
 		}
-		frames = append(frames, TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt)})
+		frames = append(frames, TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt, &segs[i])})
 		sent = append(sent, i)
 	}
 	if len(frames) > 0 {
@@ -246,6 +246,7 @@ func (q *txQueue) flushLocked() {
 		}
 	}
 	clear(q.pending[kept:])
+	clear(segs) // their header slices would keep sent packets' buffers from the GC
 	q.pending, q.heldAt = q.pending[:kept], q.heldAt[:kept]
 	q.retrying = kept
 	q.armLocked()
@@ -426,12 +427,12 @@ func (q *txQueue) backlogged() bool {
 // offload translates gVisor's GSO options into link offload requests, and
 // seeds the pseudo-header checksum of packets gVisor left blank because the
 // NIC advertises TX checksum offload.
-func (q *txQueue) offload(pkt *stack.PacketBuffer) TxOffload {
+func (q *txQueue) offload(pkt *stack.PacketBuffer, seg *segment) TxOffload {
 	if q.linkCaps&CapTXChecksum == 0 {
 		return TxOffload{}
 	}
-	l3 := uint16(header.EthernetMinimumSize + len(pkt.NetworkHeader().Slice()))
-	l4 := pkt.TransportHeader().Slice()
+	l3 := uint16(header.EthernetMinimumSize + len(seg.network))
+	l4 := seg.transport
 	gso := pkt.GSOOptions
 	if gso.Type != stack.GSONone && gso.NeedsCsum {
 		off := TxOffload{
@@ -464,7 +465,7 @@ func (q *txQueue) offload(pkt *stack.PacketBuffer) TxOffload {
 	// Read the addresses off the header directly: pkt.Network() boxes the
 	// header in an interface, an allocation per packet.
 	var src, dst tcpip.Address
-	switch nh := pkt.NetworkHeader().Slice(); pkt.NetworkProtocolNumber {
+	switch nh := seg.network; pkt.NetworkProtocolNumber {
 	case header.IPv4ProtocolNumber:
 		src, dst = header.IPv4(nh).SourceAddress(), header.IPv4(nh).DestinationAddress()
 	case header.IPv6ProtocolNumber:
