@@ -242,11 +242,11 @@ func (s *shard) poll() {
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
 		// The iteration's one clock reading: metrics, timers, spin budget,
-		// and gVisor's clock while it handles the burst.
+		// and gVisor's clock until the next iteration (see shardClock).
 		now := s.clock.read()
+		s.clock.freeze(now)
 		start := s.burstStart(n, now)
 		if n > 0 {
-			s.clock.freeze(now)
 			s.deliver(n)
 		}
 		n += s.receiveHandoffs()
@@ -255,7 +255,6 @@ func (s *shard) poll() {
 		}
 		s.clock.runDue(now)
 		s.tx.flush()
-		s.clock.thaw()
 		s.burstDone(start, n, err)
 		if err != nil {
 			if errors.Is(err, ErrLinkClosed) {
@@ -300,6 +299,7 @@ func (s *shard) sleep() bool {
 		s.tx.pollerAwake.Store(true)
 		return true
 	}
+	s.clock.thaw()
 	err := s.queue.WaitRead()
 	s.tx.pollerAwake.Store(true)
 	s.stats.pollWakeups.Add(1)
