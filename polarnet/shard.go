@@ -264,6 +264,11 @@ func (s *shard) poll() {
 		}
 		if n > 0 {
 			idleSince = 0
+			// Let the goroutines this burst woke (TCP processors,
+			// applications) run before polling again: what they send
+			// leaves with the next flush, and on a busy P the next poll
+			// would mostly come back empty.
+			runtime.Gosched()
 			continue
 		}
 		switch s.mode {
