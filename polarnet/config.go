@@ -35,6 +35,9 @@ type Config struct {
 
 	// SpinBudget is how long an adaptive poller keeps polling an empty
 	// queue before it sleeps. Zero: 50µs. Ignored by the other modes.
+	// At most GOMAXPROCS-1 adaptive pollers of the process (at least one)
+	// spin at once, so that spinning never holds every P; the others
+	// sleep as soon as their queue is empty.
 	SpinBudget time.Duration
 
 	// CPUs pins pollers: poller i runs on a locked OS thread bound to
@@ -92,7 +95,8 @@ type PollMode uint8
 const (
 	// PollAdaptive polls for SpinBudget, then sleeps in the Go netpoller
 	// until the queue has frames: low latency under load, near-zero CPU
-	// when idle. The default.
+	// when idle. Fewer than GOMAXPROCS pollers spin at once (see
+	// Config.SpinBudget). The default.
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: the poller keeps one core busy (yielding to
 	// other goroutines between polls). For dedicated cores, as with DPDK.

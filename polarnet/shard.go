@@ -239,6 +239,9 @@ func (s *shard) poll() {
 	s.tx.pollerAwake.Store(true)
 	s.pollerStarted()
 	var idleSince int64 // when the queue went empty; 0: it is not
+	spinning := false   // holds one of adaptiveSpinners' slots
+	defer adaptiveSpinners.leave(&spinning)
+	limit := spinLimit()
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
 		// The iteration's one clock reading: metrics, timers, spin budget,
@@ -264,6 +267,7 @@ func (s *shard) poll() {
 		}
 		if n > 0 {
 			idleSince = 0
+			adaptiveSpinners.leave(&spinning)
 			// Let the goroutines this burst woke (TCP processors,
 			// applications) run before polling again: what they send
 			// leaves with the next flush, and on a busy P the next poll
@@ -278,16 +282,19 @@ func (s *shard) poll() {
 		case PollAdaptive:
 			if idleSince == 0 {
 				idleSince = now
+				adaptiveSpinners.claim(limit, &spinning)
 			}
-			if time.Duration(now-idleSince) < s.spin {
+			if spinning && time.Duration(now-idleSince) < s.spin {
 				runtime.Gosched()
 				continue
 			}
 		}
+		adaptiveSpinners.leave(&spinning)
 		if !s.sleep() {
 			return
 		}
 		idleSince = 0
+		limit = spinLimit()
 	}
 }
 

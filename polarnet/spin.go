@@ -1,0 +1,49 @@
+package polarnet
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// spinSlots bounds how many adaptive pollers of the process spin at once.
+// A spinning poller holds a P between its yields. With every P held, each
+// goroutine a burst wakes waits for a poller's yield, and the pollers hop
+// between Ps through the global run queue: on 2 vCPUs, two stacks over the
+// in-memory pipe used both vCPUs for one connection and managed no more
+// round trips than with one spinning (2× the CPU per round trip, and
+// sometimes half the rate). So at most GOMAXPROCS-1 pollers spin, at least
+// one; the others sleep as soon as their queue is empty, as PollBlocking
+// pollers do. PollBusy pollers spin regardless: they were asked to.
+type spinSlots struct {
+	used atomic.Int32
+}
+
+// adaptiveSpinners are the slots of every adaptive poller in the process:
+// Ps are the process's, not a stack's.
+var adaptiveSpinners spinSlots
+
+// spinLimit is how many pollers may spin at once under the current
+// GOMAXPROCS, which can change while a poller runs.
+func spinLimit() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
+
+// claim takes a slot if fewer than limit are taken, and sets *held if so.
+func (s *spinSlots) claim(limit int32, held *bool) {
+	for {
+		n := s.used.Load()
+		if n >= limit {
+			return
+		}
+		if s.used.CompareAndSwap(n, n+1) {
+			*held = true
+			return
+		}
+	}
+}
+
+// leave gives back the slot *held says the caller has.
+func (s *spinSlots) leave(held *bool) {
+	if *held {
+		s.used.Add(-1)
+		*held = false
+	}
+}
