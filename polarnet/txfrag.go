@@ -26,8 +26,12 @@ type ipFragment struct {
 
 // fragmentOf reports whether pkt is an IP fragment, and which.
 func fragmentOf(pkt *stack.PacketBuffer) (ipFragment, bool) {
-	nh := pkt.NetworkHeader().Slice()
-	switch pkt.NetworkProtocolNumber {
+	return fragmentOfHeader(pkt.NetworkProtocolNumber, pkt.NetworkHeader().Slice())
+}
+
+// fragmentOfHeader is fragmentOf for a network header already sliced.
+func fragmentOfHeader(proto tcpip.NetworkProtocolNumber, nh []byte) (ipFragment, bool) {
+	switch proto {
 	case header.IPv4ProtocolNumber:
 		if len(nh) < header.IPv4MinimumSize {
 			return ipFragment{}, false

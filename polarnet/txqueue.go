@@ -40,13 +40,15 @@ type txQueue struct {
 	// heldAt is, per pending packet, when its flow's ACK was first held
 	// (shard clock); 0: not held.
 	heldAt []int64
-	held   ackHolds
+	// segs is, per pending packet, its headers as parsed when queued:
+	// outside the lock, once, however many flushes the packet waits for.
+	segs []segment
+	held ackHolds
 	// retrying counts the packets at the front of pending that a full ring
 	// refused in the last flush.
 	retrying int
 	frames   []TxFrame
 	iovecs   [][]byte
-	segs     []segment
 	drop     []bool
 	hold     []bool
 	brief    []bool // of the held: in the brief tier
@@ -88,9 +90,9 @@ func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack A
 		clock:     clock,
 		pending:   make([]*stack.PacketBuffer, 0, txBatchSize),
 		heldAt:    make([]int64, 0, txBatchSize),
+		segs:      make([]segment, 0, txBatchSize),
 		frames:    make([]TxFrame, txBatchSize),
 		iovecs:    make([][]byte, 0, 4*txBatchSize),
-		segs:      make([]segment, txBatchSize),
 		drop:      make([]bool, txBatchSize),
 		hold:      make([]bool, txBatchSize),
 		brief:     make([]bool, txBatchSize),
@@ -107,6 +109,7 @@ func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack A
 
 // WritePacket implements stack.QueueingDiscipline.
 func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
+	seg := parseSegment(pkt)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -114,8 +117,9 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	}
 	q.pending = append(q.pending, pkt.IncRef())
 	q.heldAt = append(q.heldAt, 0)
+	q.segs = append(q.segs, seg)
 	if q.linkCaps&CapTXChecksum != 0 {
-		f, isFragment := fragmentOf(pkt)
+		f, isFragment := fragmentOfHeader(pkt.NetworkProtocolNumber, seg.network)
 		more := isFragment && f.more
 		if more && !q.fragmenting {
 			q.fragmentingSince = time.Now()
@@ -141,7 +145,8 @@ func (q *txQueue) Close() {
 		pkt.DecRef()
 		q.pending[i] = nil
 	}
-	q.pending, q.heldAt = q.pending[:0], q.heldAt[:0]
+	clear(q.segs)
+	q.pending, q.heldAt, q.segs = q.pending[:0], q.heldAt[:0], q.segs[:0]
 	q.retrying = 0
 	q.held.releaseAll()
 }
@@ -162,31 +167,25 @@ func (q *txQueue) flush() {
 // at 1ms, CI saw first fragments leave without their checksum.
 const fragmentWait = 50 * time.Millisecond
 
-// scratch makes the per-flush scratch space hold n packets, keeping the
-// parsed segments.
+// scratch makes the per-flush scratch space hold n packets.
 func (q *txQueue) scratch(n int) {
-	if n <= cap(q.segs) {
+	if n <= len(q.drop) {
 		return
 	}
-	segs := make([]segment, n)
-	copy(segs, q.segs)
-	q.segs, q.drop, q.hold, q.brief = segs, make([]bool, n), make([]bool, n), make([]bool, n)
+	q.drop, q.hold, q.brief = make([]bool, n), make([]bool, n), make([]bool, n)
 	q.frames, q.sent, q.unsent = make([]TxFrame, n), make([]int, n), make([]bool, n)
 }
 
 func (q *txQueue) flushLocked() {
-	q.scratch(len(q.pending))
 	if q.pendingFragments {
 		completeFragmentedUDP(q.pending)
 		q.pendingFragments = false
-	}
-	for i, pkt := range q.pending {
-		q.segs[i] = parseSegment(pkt)
 	}
 	if q.filter {
 		q.reclaimHeld()
 	}
 	n := len(q.pending)
+	q.scratch(n)
 	segs, drop, hold, brief, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.brief[:n], q.unsent[:n]
 	clear(drop)
 	clear(hold)
@@ -239,20 +238,20 @@ func (q *txQueue) flushLocked() {
 			}
 			q.held.push(tier, heldACK{pkt: pkt, seg: segs[i], since: q.heldAt[i]})
 		case unsent[i]:
-			q.pending[kept], q.heldAt[kept] = pkt, q.heldAt[i]
+			q.pending[kept], q.heldAt[kept], segs[kept] = pkt, q.heldAt[i], segs[i]
 			kept++
 		default:
 			pkt.DecRef()
 		}
 	}
 	clear(q.pending[kept:])
-	clear(segs) // their header slices would keep sent packets' buffers from the GC
-	q.pending, q.heldAt = q.pending[:kept], q.heldAt[:kept]
+	clear(segs[kept:]) // their header slices would keep sent packets' buffers from the GC
+	q.pending, q.heldAt, q.segs = q.pending[:kept], q.heldAt[:kept], q.segs[:kept]
 	q.retrying = kept
 	q.armLocked()
 }
 
-// reclaimHeld brings back into the batch (with q.segs parsed) the held ACKs
+// reclaimHeld brings back into the batch the held ACKs
 // of the flows it sends on, for the filter to weigh them against what
 // follows: mostly, a later segment carries them and they are dropped.
 func (q *txQueue) reclaimHeld() {
@@ -267,7 +266,7 @@ func (q *txQueue) reclaimHeld() {
 			}
 		}
 	}
-	q.putBack(back, true)
+	q.putBack(back)
 	clear(back)
 	q.reclaimed = back[:0]
 }
@@ -275,26 +274,19 @@ func (q *txQueue) reclaimHeld() {
 // putBack returns held ACKs to the pending packets, where they belong in
 // each flow's order: after the packets a full ring refused in an earlier
 // flush, which gVisor made before them, and before any packet queued since.
-// With parsed, q.segs moves in step.
-func (q *txQueue) putBack(back []heldACK, parsed bool) {
+func (q *txQueue) putBack(back []heldACK) {
 	at, n, k := q.retrying, len(q.pending), len(back)
 	if k == 0 {
 		return
 	}
 	for range k {
-		q.pending, q.heldAt = append(q.pending, nil), append(q.heldAt, 0)
+		q.pending, q.heldAt, q.segs = append(q.pending, nil), append(q.heldAt, 0), append(q.segs, segment{})
 	}
 	copy(q.pending[at+k:], q.pending[at:n])
 	copy(q.heldAt[at+k:], q.heldAt[at:n])
-	if parsed {
-		q.scratch(n + k)
-		copy(q.segs[at+k:n+k], q.segs[at:n])
-	}
+	copy(q.segs[at+k:], q.segs[at:n])
 	for j, e := range back {
-		q.pending[at+j], q.heldAt[at+j] = e.pkt, e.since
-		if parsed {
-			q.segs[at+j] = e.seg
-		}
+		q.pending[at+j], q.heldAt[at+j], q.segs[at+j] = e.pkt, e.since, e.seg
 	}
 	q.retrying += k
 }
@@ -380,7 +372,7 @@ func (q *txQueue) release() {
 			q.history[e.seg.flow] = h
 		}
 	}
-	q.putBack(due, false)
+	q.putBack(due)
 	clear(due)
 	q.reclaimed = due[:0]
 	if len(q.pending) > 0 && !q.fragmenting {
