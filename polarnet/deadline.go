@@ -2,23 +2,34 @@ package polarnet
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // deadline is one direction's deadline of a conn: a channel that is closed
 // when the deadline passes, so blocked operations can select on it.
 type deadline struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	expired chan struct{}
-	at      time.Time
+	mu    sync.Mutex
+	timer *time.Timer
+	// expired is written under mu and read without it: every Read and
+	// Write asks for it, and a lock there is one more cache line that a
+	// conn's goroutine pulls to whichever vCPU it runs on.
+	expired atomic.Pointer[chan struct{}]
 	// wake, if set, is called after expired is closed: a conn's blocked
 	// operation waits on one channel, not on a select over three.
 	wake func()
 }
 
 func newDeadline(wake func()) *deadline {
-	return &deadline{expired: make(chan struct{}), wake: wake}
+	d := &deadline{wake: wake}
+	d.renew()
+	return d
+}
+
+// renew gives the deadline a fresh channel; callers hold mu (or own d).
+func (d *deadline) renew() {
+	ch := make(chan struct{})
+	d.expired.Store(&ch)
 }
 
 // set moves the deadline; the zero time removes it. An operation blocked on
@@ -30,10 +41,9 @@ func (d *deadline) set(t time.Time) {
 		d.timer.Stop()
 		d.timer = nil
 	}
-	if isClosed(d.expired) {
-		d.expired = make(chan struct{})
+	if isClosed(d.done()) {
+		d.renew()
 	}
-	d.at = t
 	if t.IsZero() {
 		return
 	}
@@ -42,29 +52,25 @@ func (d *deadline) set(t time.Time) {
 		d.expireLocked()
 		return
 	}
-	ch := d.expired
+	ch := d.done()
 	d.timer = time.AfterFunc(wait, func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.expired == ch && !isClosed(ch) {
+		if d.done() == ch && !isClosed(ch) {
 			d.expireLocked()
 		}
 	})
 }
 
 func (d *deadline) expireLocked() {
-	close(d.expired)
+	close(*d.expired.Load())
 	if d.wake != nil {
 		d.wake()
 	}
 }
 
 // done returns the channel that is closed when the current deadline passes.
-func (d *deadline) done() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.expired
-}
+func (d *deadline) done() <-chan struct{} { return *d.expired.Load() }
 
 // stop releases the timer.
 func (d *deadline) stop() {
