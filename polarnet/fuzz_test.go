@@ -39,7 +39,8 @@ func FuzzReceivedPacketParsers(f *testing.F) {
 		f.Add(uint16(header.IPv6ProtocolNumber), p)
 		f.Add(uint16(header.ARPProtocolNumber), p)
 	}
-	la := &Stack{cfg: Config{Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("fd00::1/64")}}}
+	addrs := []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("fd00::1/64")}
+	la := &Stack{cfg: Config{Addrs: addrs}, ownOrBroadcast: ownOrBroadcast(addrs)}
 	la.shards = make([]*shard, 3)
 	f.Fuzz(func(t *testing.T, ethType uint16, pkt []byte) {
 		proto := tcpip.NetworkProtocolNumber(ethType)

@@ -2,6 +2,7 @@ package polarnet
 
 import (
 	"net/netip"
+	"slices"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -42,24 +43,24 @@ func (st *Stack) martian(ethType tcpip.NetworkProtocolNumber, pkt []byte) bool {
 	default:
 		return false
 	}
-	if src.IsLoopback() || src.IsMulticast() || st.isSubnetBroadcast(src) {
+	if src.IsLoopback() || src.IsMulticast() {
 		return true
 	}
-	return st.cfg.isOwnAddr(src)
+	return slices.Contains(st.ownOrBroadcast, src)
 }
 
-// isSubnetBroadcast reports whether a is the broadcast address of one of
-// the stack's IPv4 subnets.
-func (st *Stack) isSubnetBroadcast(a netip.Addr) bool {
-	if !a.Is4() {
-		return false
-	}
-	for _, p := range st.cfg.Addrs {
-		if p.Addr().Is4() && p.Bits() < 31 && p.Contains(a) && a == lastAddr(p) {
-			return true
+// ownOrBroadcast lists the stack's own addresses and the broadcast addresses
+// of its IPv4 subnets: sources no peer sends from. Computed once, at New,
+// because the martian check runs on every received packet.
+func ownOrBroadcast(addrs []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range addrs {
+		out = append(out, p.Addr())
+		if p.Addr().Is4() && p.Bits() < 31 {
+			out = append(out, lastAddr(p))
 		}
 	}
-	return false
+	return out
 }
 
 // lastAddr is the highest address of prefix p.
@@ -69,14 +70,4 @@ func lastAddr(p netip.Prefix) netip.Addr {
 		b[i/8] |= 0x80 >> (i % 8)
 	}
 	return netip.AddrFrom4(b)
-}
-
-// isOwnAddr reports whether a is one of the stack's addresses.
-func (cfg *Config) isOwnAddr(a netip.Addr) bool {
-	for _, p := range cfg.Addrs {
-		if p.Addr() == a {
-			return true
-		}
-	}
-	return false
 }

@@ -22,6 +22,8 @@ type Stack struct {
 	shards  []*shard
 	steerer Steerer // nil: the link's spread is unknown, PortSteering applies
 	conns   atomic.Int64
+	// ownOrBroadcast: see the function of that name.
+	ownOrBroadcast []netip.Addr
 
 	mu        sync.Mutex
 	closed    bool
@@ -45,7 +47,7 @@ func New(cfg Config) (*Stack, error) {
 		cfg.Link.Close()
 		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
-	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{})}
+	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs)}
 	s.steerer, _ = cfg.Link.(Steerer)
 	for i, q := range queues {
 		sh, err := newShard(s, i, q)
