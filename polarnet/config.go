@@ -35,9 +35,10 @@ type Config struct {
 
 	// SpinBudget is how long an adaptive poller keeps polling an empty
 	// queue before it sleeps. Zero: 50µs. Ignored by the other modes.
-	// At most GOMAXPROCS-1 adaptive pollers of the process (at least one)
-	// spin at once, so that spinning never holds every P; the others
-	// sleep as soon as their queue is empty.
+	// At most GOMAXPROCS-1 adaptive pollers of the process spin at once
+	// (none when GOMAXPROCS is 1), so that spinning never holds every P
+	// and the Go netpoller, which kernel sockets wait in, keeps a P to run
+	// on; the others sleep as soon as their queue is empty.
 	SpinBudget time.Duration
 
 	// CPUs pins pollers: poller i runs on a locked OS thread bound to

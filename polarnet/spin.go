@@ -11,8 +11,13 @@ import (
 // between Ps through the global run queue: on 2 vCPUs, two stacks over the
 // in-memory pipe used both vCPUs for one connection and managed no more
 // round trips than with one spinning (2× the CPU per round trip, and
-// sometimes half the rate). So at most GOMAXPROCS-1 pollers spin, at least
-// one; the others sleep as soon as their queue is empty, as PollBlocking
+// sometimes half the rate). And the runtime polls the network (kernel
+// sockets, a TAP fd) only from a P with nothing to run, or from sysmon every
+// 10ms: with one P, a spinning poller made every kernel socket event wait
+// out the spin budget (a kernel peer in the same process: 91 µs per 4 KiB
+// round trip over TAP instead of 42), and a peer process sharing the CPU
+// waited for it too. So at most GOMAXPROCS-1 pollers spin, none with one P;
+// the others sleep as soon as their queue is empty, as PollBlocking
 // pollers do. PollBusy pollers spin regardless: they were asked to.
 type spinSlots struct {
 	used atomic.Int32
@@ -24,7 +29,7 @@ var adaptiveSpinners spinSlots
 
 // spinLimit is how many pollers may spin at once under the current
 // GOMAXPROCS, which can change while a poller runs.
-func spinLimit() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
+func spinLimit() int32 { return int32(runtime.GOMAXPROCS(0) - 1) }
 
 // claim takes a slot if fewer than limit are taken, and sets *held if so.
 func (s *spinSlots) claim(limit int32, held *bool) {
