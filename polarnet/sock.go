@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -21,6 +22,7 @@ type sock struct {
 
 	readEntry, writeEntry waiter.Entry
 	readReady, writeReady chan struct{}
+	readerParked          atomic.Bool
 
 	readMu   sync.Mutex
 	readBuf  tcpip.SliceWriter
@@ -37,7 +39,8 @@ type sock struct {
 func (s *sock) init(ep tcpip.Endpoint, wq *waiter.Queue, network string, extra waiter.EventMask) {
 	s.ep, s.wq, s.network = ep, wq, network
 	s.closed = make(chan struct{})
-	s.readEntry, s.readReady = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventErr | extra)
+	s.readReady = make(chan struct{}, 1)
+	s.readEntry = waiter.NewFunctionEntry(waiter.ReadableEvents|waiter.EventErr|extra, func(waiter.EventMask) { s.wakeReader() })
 	s.writeEntry, s.writeReady = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventErr | extra)
 	s.readDeadline = newDeadline(func() { signal(s.readReady) })
 	s.writeDeadline = newDeadline(func() { signal(s.writeReady) })
@@ -57,7 +60,32 @@ func (s *sock) isClosed() bool { return isClosed(s.closed) }
 // deadline and Close all signal the one channel (ops on one channel are
 // serialized by readMu or writeMu, so one token wakes the only waiter):
 // a receive costs less than a select over three channels, once per op.
-func (s *sock) waitRead() error { return s.wait(s.readReady, "read") }
+func (s *sock) waitRead() error {
+	s.readerParked.Store(true)
+	err := s.wait(s.readReady, "read")
+	s.readerParked.Store(false)
+	readerWokenLocally.CompareAndSwap(s, nil)
+	return err
+}
+
+// readerWokenLocally is the socket whose parked reader was last woken on
+// the waker's P (see keepWakeupsLocal), until that reader has run: the
+// goroutine that makes a socket readable (a TCP processor, mostly) goes on
+// to other sockets or to sleep, so the first reader it wakes runs next on
+// its P, but a second one would wait behind the first while a P idles, and
+// is woken the usual way. One socket for the process, not one per P: the
+// runtime does not tell us our P.
+var readerWokenLocally atomic.Pointer[sock]
+
+func (s *sock) wakeReader() {
+	if s.readerParked.Load() && readerWokenLocally.CompareAndSwap(nil, s) {
+		keepWakeupsLocal()
+		signal(s.readReady)
+		releaseWakeups()
+		return
+	}
+	signal(s.readReady)
+}
 
 func (s *sock) waitWrite() error { return s.wait(s.writeReady, "write") }
 
@@ -75,6 +103,7 @@ func (s *sock) Close() error {
 	s.closeOnce.Do(func() {
 		err = nil
 		close(s.closed)
+		readerWokenLocally.CompareAndSwap(s, nil)
 		signal(s.readReady)
 		signal(s.writeReady)
 		s.wq.EventUnregister(&s.readEntry)

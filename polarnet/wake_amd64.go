@@ -1,0 +1,25 @@
+package polarnet
+
+import (
+	"sync/atomic"
+	_ "unsafe" // go:linkname
+
+	_ "gvisor.dev/gvisor/pkg/sync" // owns the address below
+)
+
+// spinningMs is the address of the runtime's count of spinning Ms
+// (runtime.sched.nmspinning), which gVisor's sync package keeps for its
+// own Goready without wakeup; gVisor checks the field's offset for each Go
+// release it supports, and our go.mod pins the gVisor that matches ours.
+//
+//go:linkname spinningMs gvisor.dev/gvisor/pkg/sync.nmspinning
+var spinningMs *int32
+
+// keepWakeupsLocal makes the goroutines readied until releaseWakeups run on
+// the current P rather than wake an idle one: the runtime wakes an idle P
+// only when no M is spinning, so one more counted spinner (as gVisor does
+// around its Goready(wakep=false)) keeps it from doing so. Use it only
+// where the caller blocks or yields right after, so they run promptly.
+func keepWakeupsLocal() { atomic.AddInt32(spinningMs, 1) }
+
+func releaseWakeups() { atomic.AddInt32(spinningMs, -1) }
