@@ -104,7 +104,7 @@ const (
 	PollBusy
 	// PollBlocking sleeps as soon as the queue is empty. For processes
 	// whose latency-critical traffic is on kernel sockets, whose wake-ups
-	// a spinning poller delays (on 2 vCPUs, 2-4x their p99: see README).
+	// a spinning poller delays (on 2 vCPUs, about 2x their p99: see README).
 	PollBlocking
 )
 
