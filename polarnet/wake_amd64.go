@@ -8,9 +8,9 @@ import (
 )
 
 // spinningMs is the address of the runtime's count of spinning Ms
-// (runtime.sched.nmspinning), which gVisor's sync package keeps for its
-// own Goready without wakeup; gVisor checks the field's offset for each Go
-// release it supports, and our go.mod pins the gVisor that matches ours.
+// (runtime.sched.nmspinning), which gVisor's sync package takes for its
+// own Goready without wake-up at an offset its assembly hard-codes; a test
+// checks it against the count the runtime reports (GODEBUG=schedtrace).
 //
 //go:linkname spinningMs gvisor.dev/gvisor/pkg/sync.nmspinning
 var spinningMs *int32
