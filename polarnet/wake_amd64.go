@@ -19,7 +19,10 @@ var spinningMs *int32
 // the current P rather than wake an idle one: the runtime wakes an idle P
 // only when no M is spinning, so one more counted spinner (as gVisor does
 // around its Goready(wakep=false)) keeps it from doing so. Use it only
-// where the caller blocks or yields right after, so they run promptly.
+// where the caller blocks or yields right after, so they run promptly,
+// and never block while holding it: a goroutine that sleeps with the count
+// raised can go unwoken (its timer's wake-up of an idle P is suppressed too;
+// a test process hung so).
 func keepWakeupsLocal() { atomic.AddInt32(spinningMs, 1) }
 
 func releaseWakeups() { atomic.AddInt32(spinningMs, -1) }

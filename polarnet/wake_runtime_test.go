@@ -32,8 +32,12 @@ func TestKeepWakeupsLocalRaisesTheRuntimeSpinningCount(t *testing.T) {
 	if os.Getenv(spinningHelperEnv) != "" {
 		time.Sleep(20 * time.Millisecond)
 		fmt.Fprintln(os.Stderr, "HOLD")
+		// Held only while running, as the engine holds it: a goroutine
+		// that sleeps with the count raised may never be woken (its
+		// timer's wake-up of an idle P is suppressed too).
 		polarnet.KeepWakeupsLocal()
-		time.Sleep(100 * time.Millisecond)
+		for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		}
 		polarnet.ReleaseWakeups()
 		fmt.Fprintln(os.Stderr, "RELEASE")
 		time.Sleep(100 * time.Millisecond)
