@@ -48,6 +48,12 @@ func runHelper(role string) int {
 	case "server":
 	case "eal":
 		return ealCase(os.Getenv("PNH_EAL_CASE"))
+	case "memif-close":
+		if err := closeBothEnds(100); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		return 0
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper role %q\n", role)
 		return 2

@@ -552,7 +552,13 @@ func (l *port) teardown() error {
 		if l.removeDev {
 			remove = 1
 		}
-		if ret := C.pn_port_close(l.id, cname, remove); ret != 0 && l.started {
+		var ret C.int
+		if l.setup.Driver == "net_memif" {
+			ret = C.pn_port_close_on_intr_thread(l.id, cname, remove)
+		} else {
+			ret = C.pn_port_close(l.id, cname, remove)
+		}
+		if ret != 0 && l.started {
 			errs = append(errs, rteError(fmt.Sprintf("dpdk: closing port %d (%s)", l.id, l.cfg.Device), ret))
 		}
 	}

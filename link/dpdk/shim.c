@@ -1,11 +1,13 @@
 //go:build dpdk && linux && cgo
 
 #include <errno.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <rte_alarm.h>
 #include <rte_bus_vdev.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
@@ -178,6 +180,39 @@ int pn_port_close(uint16_t port, const char *remove_name, int remove_dev)
 		if (ret == 0)
 			ret = r;
 	}
+	return ret;
+}
+
+struct pn_close_req {
+	uint16_t port;
+	const char *remove_name;
+	int remove_dev;
+	int ret;
+	sem_t done;
+};
+
+static void pn_close_req_run(void *arg)
+{
+	struct pn_close_req *r = arg;
+	r->ret = pn_port_close(r->port, r->remove_name, r->remove_dev);
+	sem_post(&r->done);
+}
+
+int pn_port_close_on_intr_thread(uint16_t port, const char *remove_name, int remove_dev)
+{
+	struct pn_close_req r = {.port = port, .remove_name = remove_name, .remove_dev = remove_dev};
+	if (sem_init(&r.done, 0, 0) != 0)
+		return -errno;
+	// An alarm's callback runs on the interrupt thread.
+	int ret = rte_eal_alarm_set(1, pn_close_req_run, &r);
+	if (ret == 0) {
+		// sem_wait is not restarted after a signal handler, and Go
+		// signals its threads (preemption) all the time.
+		while (sem_wait(&r.done) != 0 && errno == EINTR)
+			;
+		ret = r.ret;
+	}
+	sem_destroy(&r.done);
 	return ret;
 }
 

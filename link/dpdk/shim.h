@@ -63,6 +63,12 @@ int pn_port_start(uint16_t port);
 // pn_port_close stops and closes the port; with remove_name it then removes
 // the vdev of that name, with remove_dev the (PCI) device.
 int pn_port_close(uint16_t port, const char *remove_name, int remove_dev);
+// pn_port_close_on_intr_thread is pn_port_close run on EAL's interrupt
+// thread, waiting for it: net_memif tears a connection down there when its
+// peer disconnects, and a stop on another thread at the same moment frees
+// the connection's regions twice (DPDK 22.11 memif_disconnect has no lock
+// around them), crashing the process or corrupting its heap.
+int pn_port_close_on_intr_thread(uint16_t port, const char *remove_name, int remove_dev);
 int pn_set_mtu(uint16_t port, uint16_t mtu);
 int pn_set_mac(uint16_t port, const uint8_t *mac);
 int pn_promiscuous(uint16_t port);
