@@ -251,9 +251,10 @@ type pipePair struct {
 	cli            *localClient
 }
 
-// openPipePair builds mode's two stacks joined by a pipe, a server on one
-// and a client for test on the other; ackOff turns polarnet's ACK filter off.
-func openPipePair(mode string, mtu, ring int, poll polarnet.PollMode, ackOff bool, test testSpec) (*pipePair, error) {
+// openPipePair builds mode's two stacks joined by a pipe of the given
+// queues (so polarnet shards), a server on one and a client for test on the
+// other; ackOff turns polarnet's ACK filter off.
+func openPipePair(mode string, mtu, ring, queues int, poll polarnet.PollMode, ackOff bool, test testSpec) (*pipePair, error) {
 	open := func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
 		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{addr}, Poll: poll, ACK: polarnet.ACKConfig{DisableFilter: ackOff}})
 		if err != nil {
@@ -277,7 +278,7 @@ func openPipePair(mode string, mtu, ring int, poll polarnet.PollMode, ackOff boo
 	}
 	// Each stack owns (and closes) its end of the pipe, also when building
 	// it fails.
-	a, b := linktest.Pipe(linktest.PipeConfig{MTU: mtu, RingSize: ring})
+	a, b := linktest.Pipe(linktest.PipeConfig{MTU: mtu, RingSize: ring, Queues: queues})
 	p := &pipePair{}
 	var err error
 	if p.srvNet, err = open(b, pipeServer); err != nil {

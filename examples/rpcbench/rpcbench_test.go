@@ -293,12 +293,15 @@ func TestParse(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, modeSpec{Name: "p2k-tap", Queues: 2}, m)
 	assert.Equal(t, "p2k-tap:queues=2", m.String())
+	m, err = parseMode("vanilla-pipe:queues=2")
+	require.NoError(t, err)
+	assert.Equal(t, modeSpec{Name: "vanilla-pipe", Queues: 2}, m)
 	m, err = parseMode("p2p-pipe:ack=on")
 	require.NoError(t, err)
 	assert.Equal(t, modeSpec{Name: "p2p-pipe"}, m)
 	for _, bad := range []string{"p2q", "p2p-pipe:mtu=9", "k2k-veth:poll=fast", "k2k-veth:x",
 		"p2p-pipe:ack=no", "p2p-pipe:procs=0", "p2p-pipe:procs=x", "k2k-veth:ack=off", "vanilla-pipe:procs=2",
-		"p2p-pipe:queues=2", "p2k-tap:queues=0", "k2p-tap:queues=17"} {
+		"k2k-veth:queues=2", "p2k-tap:queues=0", "k2p-tap:queues=17"} {
 		_, err := parseMode(bad)
 		assert.Error(t, err, bad)
 	}
@@ -323,6 +326,15 @@ func TestModeOptions(t *testing.T) {
 		printResult(&out, &res, tc)
 		assert.Contains(t, out.String(), "segments/op")
 	}
+	t.Run("pipe queues=2", func(t *testing.T) {
+		many, err := parseTest("rr/4k-write/c8/d2")
+		require.NoError(t, err)
+		for _, m := range []modeSpec{{Name: "p2p-pipe", Queues: 2}, {Name: "vanilla-pipe", Queues: 2}} {
+			res, err := runOnce(t.Context(), o, m, many)
+			require.NoError(t, err, m.String())
+			checkResult(t, &res, many, true)
+		}
+	})
 	t.Run("p2k-tap:queues=2", func(t *testing.T) {
 		testenv.RequirePriv(t)
 		res, err := runOnce(t.Context(), o, modeSpec{Name: "p2k-tap", Queues: 2}, tc)

@@ -148,8 +148,8 @@ type modeSpec struct {
 	// Procs is GOMAXPROCS of the processes of polarnet ends; 0: Go's
 	// default (the CPUs). Pinned rows run with 1 whatever it says.
 	Procs int `json:"procs,omitempty"`
-	// Queues is the TAP device's queue pairs, so the stack's shards (TAP
-	// modes); 0: one.
+	// Queues is the TAP device's or the pipe's queue pairs, so a polarnet
+	// stack's shards (TAP and pipe modes); 0: one.
 	Queues int  `json:"queues,omitempty"`
 	Pin    bool `json:"pin,omitempty"`
 }
@@ -206,8 +206,8 @@ func parseMode(s string) (modeSpec, error) {
 	if def := modes[m.Name]; (m.ACKOff || m.Procs > 0) && def.client != "polarnet" && def.server != "polarnet" {
 		return m, fmt.Errorf("mode %q: ack and procs apply to polarnet ends; %s has none", s, m.Name)
 	}
-	if m.Queues > 0 && !strings.HasSuffix(m.Name, "-tap") {
-		return m, fmt.Errorf("mode %q: queues applies to the TAP modes", s)
+	if m.Queues > 0 && !strings.HasSuffix(m.Name, "-tap") && !strings.HasSuffix(m.Name, "-pipe") {
+		return m, fmt.Errorf("mode %q: queues applies to the TAP and pipe modes", s)
 	}
 	return m, nil
 }

@@ -25,8 +25,9 @@ import (
 // polarnet. An unmodified stack with gVisor's defaults (Reno, SACK with
 // RACK-TLP, 200 ms minimum RTO, its buffer sizes; no options set), conns from
 // adapters/gonet, and a plain link endpoint over the same in-memory pipe the
-// p2p mode uses: one frame per write, one goroutine delivering received
-// frames, no checksum offload advertised (gVisor computes and verifies every
+// p2p mode uses: one frame per write, one goroutine per queue delivering
+// received frames (as gVisor's fdbased endpoint has one per file descriptor),
+// no checksum offload advertised (gVisor computes and verifies every
 // checksum), no batching, no GSO. Always MTU 1500.
 
 // vanillaMTU is the baseline's MTU, whatever -mtu says.
@@ -45,11 +46,13 @@ type vanillaStack struct {
 func newVanillaStack(link polarnet.Link, addr netip.Prefix) (*vanillaStack, error) {
 	info := link.Info()
 	ep := &pipeEndpoint{
-		q:    link.Queues()[0],
 		mac:  tcpip.LinkAddress(info.MAC),
 		mtu:  uint32(info.MTU),
 		rxSz: info.RxFrameSize,
 		done: make(chan struct{}),
+	}
+	for _, q := range link.Queues() {
+		ep.queues = append(ep.queues, &pipeEndpointQueue{q: q})
 	}
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
@@ -71,7 +74,7 @@ func newVanillaStack(link polarnet.Link, addr netip.Prefix) (*vanillaStack, erro
 		return fail("adding address: %s", err)
 	}
 	st.SetRouteTable([]tcpip.Route{{Destination: pa.AddressWithPrefix.Subnet(), NIC: vanillaNIC}})
-	go ep.receive()
+	ep.startReceiving()
 	return &vanillaStack{st: st, link: link, ep: ep}, nil
 }
 
@@ -99,19 +102,23 @@ func fullAddr(ap netip.AddrPort) tcpip.FullAddress {
 	return tcpip.FullAddress{NIC: vanillaNIC, Addr: tcpip.AddrFromSlice(ap.Addr().AsSlice()), Port: ap.Port()}
 }
 
-// pipeEndpoint is a minimal Ethernet stack.LinkEndpoint over one queue of a
-// polarnet link: WritePackets writes the frames out at once under a lock
-// (the queue takes one writer at a time), and a goroutine reads frames and
-// delivers them.
+// pipeEndpoint is a minimal Ethernet stack.LinkEndpoint over the queues of
+// a polarnet link: WritePackets writes the frames out at once on the queue
+// the first packet's flow hash picks, under that queue's lock (a queue takes
+// one writer at a time), and a goroutine per queue reads frames and delivers
+// them.
 type pipeEndpoint struct {
-	q          polarnet.Queue
+	queues     []*pipeEndpointQueue
 	mac        tcpip.LinkAddress
 	mtu        uint32
 	rxSz       int
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
-	done       chan struct{} // closed when receive returns
+	done       chan struct{} // closed when every receiver has returned
 	drops      atomic.Int64  // frames the pipe had no room for
+}
 
+type pipeEndpointQueue struct {
+	q  polarnet.Queue
 	mu sync.Mutex
 	tx []polarnet.TxFrame
 }
@@ -157,30 +164,47 @@ func (e *pipeEndpoint) ParseHeader(pkt *stack.PacketBuffer) bool {
 // WritePackets writes the frames; those the pipe has no room for are
 // dropped, as a NIC would, and TCP retransmits them.
 func (e *pipeEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.tx = e.tx[:0]
-	for _, pkt := range pkts.AsSlice() {
-		e.tx = append(e.tx, polarnet.TxFrame{Segs: pkt.AsSlices()})
+	all := pkts.AsSlice()
+	if len(all) == 0 {
+		return 0, nil
 	}
-	n, err := e.q.WriteBurst(e.tx)
-	clear(e.tx)
+	q := e.queues[all[0].Hash%uint32(len(e.queues))]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.tx = q.tx[:0]
+	for _, pkt := range all {
+		q.tx = append(q.tx, polarnet.TxFrame{Segs: pkt.AsSlices()})
+	}
+	n, err := q.q.WriteBurst(q.tx)
+	clear(q.tx)
 	if err != nil && n == 0 {
 		return 0, &tcpip.ErrClosedForSend{}
 	}
-	e.drops.Add(int64(pkts.Len() - n))
-	return pkts.Len(), nil
+	e.drops.Add(int64(len(all) - n))
+	return len(all), nil
 }
 
-// receive delivers frames until the link is closed.
-func (e *pipeEndpoint) receive() {
-	defer close(e.done)
+// startReceiving starts a receiver per queue and closes done once all
+// have returned.
+func (e *pipeEndpoint) startReceiving() {
+	var wg sync.WaitGroup
+	for _, q := range e.queues {
+		wg.Go(func() { e.receive(q.q) })
+	}
+	go func() {
+		wg.Wait()
+		close(e.done)
+	}()
+}
+
+// receive delivers frames from q until the link is closed.
+func (e *pipeEndpoint) receive(q polarnet.Queue) {
 	frames := make([]polarnet.RxFrame, 32)
 	for i := range frames {
 		frames[i].Buf = make([]byte, e.rxSz)
 	}
 	for {
-		n, err := e.q.ReadBurst(frames)
+		n, err := q.ReadBurst(frames)
 		for _, f := range frames[:n] {
 			e.deliver(f.Buf[:f.Len])
 		}
@@ -188,7 +212,7 @@ func (e *pipeEndpoint) receive() {
 			return
 		}
 		if n == 0 {
-			if err := e.q.WaitRead(); errors.Is(err, polarnet.ErrLinkClosed) {
+			if err := q.WaitRead(); errors.Is(err, polarnet.ErrLinkClosed) {
 				return
 			}
 		}
