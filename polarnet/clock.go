@@ -23,9 +23,9 @@ type shardClock struct {
 	// the present while the poller is awake: its latest reading, taken
 	// once per iteration (0 while it sleeps). gVisor reads the clock
 	// several times per segment, on the poller and on the goroutines that
-	// write or run TCP's processors; at ~30ns a reading on this VM that
-	// came to ~7% of a 4 KiB round trip. The reading lags by at most the
-	// time since the poller's last iteration: RTT samples grow by it and
+	// write or run TCP's processors, and live readings are a measurable
+	// share of a round trip (docs/benchmarks.md). The reading lags by at
+	// most the time since the poller's last iteration: RTT samples grow by it and
 	// timers fire that much early, which is fine at TCP's timescales.
 	// Readings stay monotonic: each iteration's follows the last one's,
 	// and a goroutine reads the live clock only while the poller sleeps.
@@ -33,9 +33,8 @@ type shardClock struct {
 	// are equal: gVisor's RACK (rack.go, detectLoss) takes a segment sent
 	// at the same time as the last one delivered but with a higher
 	// sequence number for one sent before it, and marked segments still in
-	// flight lost (the 1%-loss upload of the conformance suite took 2–4×
-	// longer with equal readings). A nanosecond per reading never
-	// overtakes the live clock: no reading takes less.
+	// flight lost (spurious recoveries: docs/benchmarks.md). A nanosecond
+	// per reading never overtakes the live clock: no reading takes less.
 	frozen atomic.Int64
 
 	// earliest is the deadline of the first timer (MaxInt64 when there is

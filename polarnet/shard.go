@@ -251,11 +251,10 @@ func (s *shard) poll() {
 		start := s.burstStart(n, now)
 		// What one frame (or none) wakes, a TCP processor or the peer's
 		// poller, runs next on this P when we yield or sleep below: no
-		// idle P is woken for it. On two vCPUs the woken P took over the
+		// idle P is woken for it. Otherwise the woken P takes over the
 		// next hop of a one-connection round trip every few round trips,
-		// and each move cost cache misses: 20–25 µs of CPU per 4 KiB
-		// round trip instead of 13. Larger bursts wake idle Ps as usual,
-		// to spread the work they bring.
+		// and each move costs cache misses (docs/benchmarks.md). Larger
+		// bursts wake idle Ps as usual, to spread the work they bring.
 		local := n <= 1
 		if local {
 			keepWakeupsLocal()

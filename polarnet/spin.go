@@ -7,18 +7,15 @@ import (
 
 // spinSlots bounds how many adaptive pollers of the process spin at once.
 // A spinning poller holds a P between its yields. With every P held, each
-// goroutine a burst wakes waits for a poller's yield: on 2 vCPUs, two
-// stacks over the in-memory pipe used both vCPUs for one connection and
-// managed no more round trips than with one spinning (2× the CPU per round
-// trip when pollers yielded through the global run queue; 28 µs against
-// 13.5 yielding to their own P, runs minutes apart). And the runtime polls the network (kernel
-// sockets, a TAP fd) only from a P with nothing to run, or from sysmon every
-// 10ms: with one P, a spinning poller made every kernel socket event wait
-// out the spin budget (a kernel peer in the same process: 91 µs per 4 KiB
-// round trip over TAP instead of 42), and a peer process sharing the CPU
-// waited for it too. So at most GOMAXPROCS-1 pollers spin, none with one P;
-// the others sleep as soon as their queue is empty, as PollBlocking
-// pollers do. PollBusy pollers spin regardless: they were asked to.
+// goroutine a burst wakes waits for a poller's yield, so two spinning
+// pollers on 2 vCPUs burn both for no more round trips. And the runtime
+// polls the network (kernel sockets, a TAP fd) only from a P with nothing
+// to run, or from sysmon every 10ms: with one P, a spinning poller makes
+// every kernel socket event wait out the spin budget, and a peer process
+// sharing the CPU waits for it too (figures: docs/benchmarks.md). So at
+// most GOMAXPROCS-1 pollers spin, none with one P; the others sleep as
+// soon as their queue is empty, as PollBlocking pollers do. PollBusy
+// pollers spin regardless: they were asked to.
 type spinSlots struct {
 	used atomic.Int32
 }
