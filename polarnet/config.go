@@ -57,7 +57,7 @@ type Config struct {
 	// burst (gVisor's stack/gro) before gVisor's TCP sees them, so a
 	// message that crossed the link as several segments is processed and
 	// acknowledged once: at MTU 1500 a 4 KiB request reaches TCP as one
-	// segment instead of three, and bulk receive took ~25% less CPU. A
+	// segment instead of three, and bulk receive costs less CPU. A
 	// segment alone of its flow in a burst, with nothing to merge, goes
 	// around it.
 	DisableGRO bool
@@ -104,7 +104,7 @@ const (
 	PollBusy
 	// PollBlocking sleeps as soon as the queue is empty. For processes
 	// whose latency-critical traffic is on kernel sockets, whose wake-ups
-	// a spinning poller delays (on 2 vCPUs, about 2x their p99: see README).
+	// a spinning poller delays (see docs/benchmarks.md).
 	PollBlocking
 )
 
@@ -140,10 +140,9 @@ type TCPConfig struct {
 	// MinRecoveryTimer is the shortest delay of gVisor's sub-RTO timers:
 	// RACK's reordering timer and tail-loss probe (2 SRTT, no floor in
 	// gVisor). At microsecond round trips, unfloored, queueing delay fires
-	// them and the sender retransmits what was never lost: 64 connections
-	// of 4 KiB request/response over a lossless pipe retransmitted ~2% of
-	// requests with a 10ms floor, ~0.6% with 50ms, ~0.15% with 200ms,
-	// while the conformance suite's loss scenarios pass with 50ms. It
+	// them and the sender retransmits what was never lost; 50ms keeps such
+	// retransmits rare while the conformance suite's loss scenarios pass
+	// (figures: docs/benchmarks.md). It
 	// delays the timers' wake-ups, not gVisor's deadlines: gVisor moves a
 	// running timer's deadline without re-arming it, so a tail-loss probe
 	// still goes out when a floored wake-up finds the last send older than

@@ -58,8 +58,8 @@ func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuff
 
 // markLone sets lone[i] for each frame of a burst that is the only one of
 // its TCP flow in the burst: GRO has nothing to merge it with, and the
-// poller delivers it directly. At 64 conns of 4 KiB rr, one segment per
-// message, going through GRO for nothing cost ~3% of the CPU. Frames that
+// poller delivers it directly: going through GRO for nothing costs CPU
+// (docs/benchmarks.md). Frames that
 // are not TCP, or not well formed, are never lone. keys is scratch space.
 func markLone(frames []RxFrame, keys []uint64, lone []bool) {
 	for i := range frames {

@@ -317,8 +317,8 @@ func (discardDispatcher) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.P
 
 // BenchmarkGROOverhead is what GRO adds to a segment it cannot merge (a
 // whole 4 KiB message with PSH, as at MTU 9000 or 65535): the price paid
-// where it does not help, against about 3 µs per segment it saves in
-// gVisor's TCP where it does.
+// where it does not help, against what it saves in gVisor's TCP where it
+// does (docs/benchmarks.md).
 func BenchmarkGROOverhead(b *testing.B) {
 	ep := newNICEndpoint(LinkInfo{MTU: 65535}, 65535, nil)
 	ep.Attach(discardDispatcher{})
