@@ -50,10 +50,9 @@ func soakDuration(t *testing.T) time.Duration {
 // direction of a stream writes chunk bytes every interval, each
 // request/response connection makes a round trip of up to two chunks as
 // often. 4 KiB every 250ms: a thousand connections then offer ~30 MB/s,
-// which the stack sustains on this machine. The race detector slows the
-// stack over ten times, and on a machine shared with other jobs it was
-// saturated by 4 MB/s: under it, 1 KiB every 2s (~1 MB/s). The soak
-// looks for leaks and stalls under loss and reordering, not for the
+// which the stack sustains. The race detector slows the stack over ten
+// times: under it, 1 KiB every 2s (~1 MB/s; see docs/benchmarks.md). The
+// soak looks for leaks and stalls under loss and reordering, not for the
 // stack's limits (the floods do that); beyond them, the stack's queue
 // overflows, TCP backs off for seconds and a stall cannot be told from
 // congestion.

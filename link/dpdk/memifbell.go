@@ -11,9 +11,8 @@ import (
 // the polarnet process at the other end when that one sleeps. DPDK 22.11's
 // memif PMD keeps memif's own interrupts masked and offers no receive
 // interrupts, so a waiting poller could only sleep and look again, and a
-// sleep costs 100-200µs on a VM (measured here: nanosleep 200µs, timerfd
-// 145µs whatever the interval). With the doorbell, an idle end sleeps in
-// the netpoller until its peer sends:
+// sleep on a VM lasts far longer than it asks (docs/benchmarks.md). With
+// the doorbell, an idle end sleeps in the netpoller until its peer sends:
 //
 //   - a small shared file holds, per end and queue, a flag meaning "asleep,
 //     ring me";
