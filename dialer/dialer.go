@@ -1,6 +1,13 @@
 // Package dialer is the drop-in replacement for net.Dial: the same functions
 // and a Dialer with net.Dialer's fields, running over a polarnet Stack when
 // one is configured and over Go's net otherwise.
+//
+// With a stack, each dial goes where the kernel interop policy sends it:
+// localhost and loopback addresses, and destinations the stack cannot route
+// or that polarnet.Config.KernelRoutes names (see Stack.ViaKernel), are
+// dialed with Go's net, everything else through the stack. A name that
+// resolves to both kinds of address may be dialed on both paths. Errors
+// have net's shapes on either path.
 package dialer
 
 import (
@@ -114,7 +121,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if st == nil {
+	if st == nil || netaddr.IsLocalhost(address) {
 		return d.kernel().DialContext(ctx, network, address)
 	}
 	n, err := netaddr.ParseNetwork(network)
@@ -239,6 +246,9 @@ func (d *Dialer) dialSerial(ctx context.Context, st *polarnet.Stack, n netaddr.N
 }
 
 func (d *Dialer) dialOne(ctx context.Context, st *polarnet.Stack, n netaddr.Network, laddr, raddr netip.AddrPort) (net.Conn, error) {
+	if st.ViaKernel(raddr.Addr()) {
+		return d.kernel().DialContext(ctx, n.Name, raddr.String())
+	}
 	if n.Proto == "udp" {
 		return st.DialUDP(n.Name, laddr, raddr)
 	}

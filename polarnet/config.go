@@ -27,6 +27,16 @@ type Config struct {
 	// resolver, through the kernel.
 	DNS []netip.AddrPort
 
+	// KernelRoutes are the destinations, beyond loopback, that dialer
+	// sends through Go's net instead of the stack (see Stack.ViaKernel).
+	// Zero: whatever the stack cannot route (outside its prefixes, with no
+	// gateway of the family) goes to the kernel.
+	KernelRoutes []netip.Prefix
+
+	// KernelListen says where else a wildcard listen of the listener
+	// package accepts connections. Zero: KernelListenLoopback.
+	KernelListen KernelListenMode
+
 	// MTU overrides the link's MTU (it may only lower it). Zero: the link's.
 	MTU int
 
@@ -218,6 +228,14 @@ func (cfg Config) withDefaults() (Config, error) {
 		if gw.IsValid() && (gw == cfg.Gateway4) != gw.Is4() {
 			return cfg, fmt.Errorf("polarnet: gateway %v has the wrong address family", gw)
 		}
+	}
+	for _, p := range cfg.KernelRoutes {
+		if !p.IsValid() || p.Addr().Zone() != "" {
+			return cfg, fmt.Errorf("polarnet: invalid kernel route %v", p)
+		}
+	}
+	if cfg.KernelListen > KernelListenNone {
+		return cfg, fmt.Errorf("polarnet: unknown kernel listen mode %v", cfg.KernelListen)
 	}
 	info := cfg.Link.Info()
 	switch {

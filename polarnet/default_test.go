@@ -20,16 +20,18 @@ func TestParseEnv(t *testing.T) {
 	assert.Equal(t, "", ec.Kind, "nothing set means the kernel")
 
 	ec, err = polarnet.ParseEnv(envOf(map[string]string{
-		"POLARNET_LINK":         "tap",
-		"POLARNET_DEVICE":       "tap0",
-		"POLARNET_QUEUES":       "2",
-		"POLARNET_MTU":          "9000",
-		"POLARNET_LINK_OPTIONS": "offloads=off, x = y",
-		"POLARNET_ADDR":         "198.18.0.2/24, fd00::2/64",
-		"POLARNET_GATEWAY":      "198.18.0.1,fd00::1",
-		"POLARNET_DNS":          "198.18.0.53, [fd00::53]:5353",
-		"POLARNET_POLL":         "busy",
-		"POLARNET_FALLBACK":     "fail",
+		"POLARNET_LINK":          "tap",
+		"POLARNET_DEVICE":        "tap0",
+		"POLARNET_QUEUES":        "2",
+		"POLARNET_MTU":           "9000",
+		"POLARNET_LINK_OPTIONS":  "offloads=off, x = y",
+		"POLARNET_ADDR":          "198.18.0.2/24, fd00::2/64",
+		"POLARNET_GATEWAY":       "198.18.0.1,fd00::1",
+		"POLARNET_DNS":           "198.18.0.53, [fd00::53]:5353",
+		"POLARNET_POLL":          "busy",
+		"POLARNET_FALLBACK":      "fail",
+		"POLARNET_KERNEL_ROUTES": "10.0.0.0/8, fd10::/16",
+		"POLARNET_KERNEL_LISTEN": "all",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, "tap", ec.Kind)
@@ -40,6 +42,8 @@ func TestParseEnv(t *testing.T) {
 	assert.Equal(t, []netip.AddrPort{netip.MustParseAddrPort("198.18.0.53:53"), netip.MustParseAddrPort("[fd00::53]:5353")}, ec.Config.DNS)
 	assert.Equal(t, polarnet.PollBusy, ec.Config.Poll)
 	assert.Equal(t, polarnet.FallbackFail, ec.Fallback)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd10::/16")}, ec.Config.KernelRoutes)
+	assert.Equal(t, polarnet.KernelListenAll, ec.Config.KernelListen)
 
 	for name, env := range map[string]map[string]string{
 		"no address":   {"POLARNET_LINK": "tap"},
@@ -48,6 +52,8 @@ func TestParseEnv(t *testing.T) {
 		"bad poll":     {"POLARNET_LINK": "tap", "POLARNET_ADDR": "198.18.0.2/24", "POLARNET_POLL": "spin"},
 		"bad fallback": {"POLARNET_FALLBACK": "maybe"},
 		"bad options":  {"POLARNET_LINK": "tap", "POLARNET_ADDR": "198.18.0.2/24", "POLARNET_LINK_OPTIONS": "novalue"},
+		"bad routes":   {"POLARNET_LINK": "tap", "POLARNET_ADDR": "198.18.0.2/24", "POLARNET_KERNEL_ROUTES": "10.0.0.1"},
+		"bad listen":   {"POLARNET_LINK": "tap", "POLARNET_ADDR": "198.18.0.2/24", "POLARNET_KERNEL_LISTEN": "some"},
 	} {
 		_, err := polarnet.ParseEnv(envOf(env))
 		assert.Error(t, err, name)
@@ -80,14 +86,16 @@ func TestOpenLinkRegistry(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for name, mutate := range map[string]func(*polarnet.Config){
-		"no link":         func(c *polarnet.Config) { c.Link = nil },
-		"no address":      func(c *polarnet.Config) { c.Addrs = nil },
-		"MTU above link":  func(c *polarnet.Config) { c.MTU = 9000 },
-		"MTU too small":   func(c *polarnet.Config) { c.MTU = 100 },
-		"bad congestion":  func(c *polarnet.Config) { c.TCP.CongestionControl = "bbr" },
-		"bad buffers":     func(c *polarnet.Config) { c.TCP.SendBuffer = polarnet.BufferRange{Min: 10, Default: 5} },
-		"v6 as gateway4":  func(c *polarnet.Config) { c.Gateway4 = netip.MustParseAddr("fd00::1") },
-		"unknown polling": func(c *polarnet.Config) { c.Poll = 9 },
+		"no link":           func(c *polarnet.Config) { c.Link = nil },
+		"no address":        func(c *polarnet.Config) { c.Addrs = nil },
+		"MTU above link":    func(c *polarnet.Config) { c.MTU = 9000 },
+		"MTU too small":     func(c *polarnet.Config) { c.MTU = 100 },
+		"bad congestion":    func(c *polarnet.Config) { c.TCP.CongestionControl = "bbr" },
+		"bad buffers":       func(c *polarnet.Config) { c.TCP.SendBuffer = polarnet.BufferRange{Min: 10, Default: 5} },
+		"v6 as gateway4":    func(c *polarnet.Config) { c.Gateway4 = netip.MustParseAddr("fd00::1") },
+		"unknown polling":   func(c *polarnet.Config) { c.Poll = 9 },
+		"bad kernel route":  func(c *polarnet.Config) { c.KernelRoutes = []netip.Prefix{{}} },
+		"bad kernel listen": func(c *polarnet.Config) { c.KernelListen = 7 },
 	} {
 		la, _ := linktest.Pipe(linktest.PipeConfig{})
 		cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA}}
