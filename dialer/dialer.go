@@ -7,7 +7,10 @@
 // or that polarnet.Config.KernelRoutes names (see Stack.ViaKernel), are
 // dialed with Go's net, everything else through the stack. A name that
 // resolves to both kinds of address may be dialed on both paths. Errors
-// have net's shapes on either path.
+// have net's shapes on either path. A TCP conn is a *net.TCPConn or a
+// *polarnet.TCPConn: assert polarnet.AnyTCPConn to reach the methods both
+// have (SetLinger, CloseWrite, SetNoDelay, ...), and polarnet.AnyUDPConn
+// for UDP.
 package dialer
 
 import (

@@ -72,7 +72,9 @@ func ListenPacket(network, address string) (net.PacketConn, error) {
 // listened on with Go's net; a wildcard address (":8080") listens on the
 // stack and, as polarnet.Config.KernelListen says, on the kernel's loopback
 // (the default) or all its addresses, with one listener whose Accept
-// returns the connections of both.
+// returns the connections of both. Whatever the path, the listener is a
+// polarnet.AnyTCPListener and its conns are polarnet.AnyTCPConn: assert
+// those, not *net.TCPListener or *net.TCPConn.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
 	st, err := lc.stack(network)
 	if err != nil {

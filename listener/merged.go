@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/polarnet/polarnet/polarnet"
 )
 
 // merged is the listener of a wildcard listen on a stack that the kernel
@@ -29,6 +31,8 @@ type merged struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 }
+
+var _ polarnet.AnyTCPListener = (*merged)(nil)
 
 type acceptResult struct {
 	conn net.Conn
