@@ -162,7 +162,9 @@ func ParseEnv(getenv func(string) string) (EnvConfig, error) {
 	if cfg.Poll, err = envChoice(getenv, EnvPoll, PollAdaptive, PollBusy, PollBlocking); err != nil {
 		return ec, err
 	}
-	return ec, nil
+	// Addresses that cannot work are an error under either fallback
+	// policy: the kernel would hide a mistake, not a missing link.
+	return ec, cfg.checkAddrs()
 }
 
 // envChoice returns the choice whose String is the variable's value; an
@@ -272,7 +274,9 @@ func Default() (*Stack, error) {
 
 // NewFromEnv builds a stack from the POLARNET_* variables read through getenv
 // (os.Getenv when nil). (nil, nil) means Go's net: no link is configured, or
-// it failed to open under FallbackKernel, which logs the error with slog.
+// the stack failed to start on it under FallbackKernel, which logs the link,
+// the device and the error with slog. Variables that do not parse, or
+// addresses that cannot work, are errors under either policy.
 func NewFromEnv(getenv func(string) string) (*Stack, error) {
 	ec, err := ParseEnv(getenv)
 	if err != nil || ec.Kind == "" {
@@ -285,7 +289,8 @@ func NewFromEnv(getenv func(string) string) (*Stack, error) {
 	if ec.Fallback == FallbackFail {
 		return nil, err
 	}
-	slog.Warn("polarnet: falling back to the kernel's TCP/IP", "link", ec.Kind, "device", ec.Params.Device, "err", err)
+	slog.Warn(fmt.Sprintf("polarnet: %s=%s on device %q failed, so dials and listens use the kernel's TCP/IP (%s=fail makes this an error): %v",
+		EnvLink, ec.Kind, ec.Params.Device, EnvFallback, err), "link", ec.Kind, "device", ec.Params.Device, "err", err)
 	return nil, nil
 }
 

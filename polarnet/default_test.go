@@ -1,8 +1,12 @@
 package polarnet_test
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -82,6 +86,84 @@ func TestOpenLinkRegistry(t *testing.T) {
 	})
 	_, err = polarnet.OpenLink("test-broken", polarnet.LinkParams{})
 	assert.ErrorContains(t, err, "no such device")
+}
+
+// TestConfigValidationSaysWhy: addresses and MTUs that cannot work fail at
+// New with an error that names the value and the rule.
+func TestConfigValidationSaysWhy(t *testing.T) {
+	v6 := netip.MustParsePrefix("fd00:198:19:40::2/64")
+	for name, tc := range map[string]struct {
+		mutate func(*polarnet.Config)
+		want   string
+	}{
+		"gateway off the link": {func(c *polarnet.Config) { c.Gateway4 = netip.MustParseAddr("198.19.41.1") },
+			"gateway 198.19.41.1 is outside every prefix of the stack ([198.19.40.2/24])"},
+		"gateway6 off the link": {func(c *polarnet.Config) { c.Gateway6 = netip.MustParseAddr("fd00:1::1") },
+			"gateway fd00:1::1 is outside every prefix of the stack ([fd00:198:19:40::2/64])"},
+		"gateway is own address": {func(c *polarnet.Config) { c.Gateway4 = netip.MustParseAddr("198.19.40.2") },
+			"gateway 198.19.40.2 is the stack's own address"},
+		"network address": {func(c *polarnet.Config) { c.Addrs[0] = netip.MustParsePrefix("198.19.40.0/24") },
+			"address 198.19.40.0/24 is the network address of 198.19.40.0/24"},
+		"broadcast address": {func(c *polarnet.Config) { c.Addrs[0] = netip.MustParsePrefix("198.19.40.255/24") },
+			"address 198.19.40.255/24 is the broadcast address of 198.19.40.0/24"},
+		"MTU above the link": {func(c *polarnet.Config) { c.MTU = 9000 },
+			"MTU 9000 is more than link LINK carries (1500)"},
+		"MTU below IPv4's minimum": {func(c *polarnet.Config) { c.MTU = 500 },
+			"MTU 500 on link LINK is below IPv4's minimum of 576"},
+		"MTU below IPv6's minimum": {func(c *polarnet.Config) { c.MTU = 1000 },
+			"MTU 1000 on link LINK is below IPv6's minimum of 1280, which address fd00:198:19:40::2/64 needs"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			la, _ := linktest.Pipe(linktest.PipeConfig{})
+			cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix("198.19.40.2/24"), v6}}
+			tc.mutate(&cfg)
+			s, err := polarnet.New(cfg)
+			assert.Nil(t, s)
+			require.Error(t, err)
+			want := "polarnet: " + strings.ReplaceAll(tc.want, "LINK", strconv.Quote(la.Info().Name))
+			assert.True(t, strings.HasPrefix(err.Error(), want), "%q does not start with %q", err, want)
+		})
+	}
+	// Accepted: a /31 and /32 have no network or broadcast address, an
+	// IPv6 link-local gateway is on every link, IPv4 alone may run at 576.
+	for name, mutate := range map[string]func(*polarnet.Config){
+		"/31":                   func(c *polarnet.Config) { c.Addrs = []netip.Prefix{netip.MustParsePrefix("198.19.40.0/31")} },
+		"/32":                   func(c *polarnet.Config) { c.Addrs = []netip.Prefix{netip.MustParsePrefix("198.19.40.255/32")} },
+		"link-local gateway":    func(c *polarnet.Config) { c.Gateway6 = netip.MustParseAddr("fe80::1") },
+		"IPv4 alone at MTU 576": func(c *polarnet.Config) { c.Addrs, c.MTU = c.Addrs[:1], 576 },
+	} {
+		la, _ := linktest.Pipe(linktest.PipeConfig{})
+		cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix("198.19.40.2/24"), v6}}
+		mutate(&cfg)
+		s, err := polarnet.New(cfg)
+		if assert.NoError(t, err, name) {
+			s.Close()
+		}
+	}
+}
+
+// TestNewFromEnvFallback: a link that fails to open falls back to the
+// kernel with a log line naming the link, the device and the error, while
+// addresses that cannot work are an error under either policy.
+func TestNewFromEnvFallback(t *testing.T) {
+	polarnet.RegisterLink("test-unopenable", func(polarnet.LinkParams) (polarnet.Link, error) {
+		return nil, errors.New("device or resource busy")
+	})
+	var logged bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	defer slog.SetDefault(prev)
+	env := map[string]string{"POLARNET_LINK": "test-unopenable", "POLARNET_DEVICE": "pnt-busy", "POLARNET_ADDR": "198.19.40.2/24"}
+	s, err := polarnet.NewFromEnv(envOf(env))
+	require.NoError(t, err)
+	assert.Nil(t, s)
+	assert.Contains(t, logged.String(), `POLARNET_LINK=test-unopenable on device \"pnt-busy\" failed`)
+	assert.Contains(t, logged.String(), "device or resource busy")
+	assert.Contains(t, logged.String(), "device=pnt-busy")
+
+	env["POLARNET_GATEWAY"] = "198.19.41.1"
+	_, err = polarnet.NewFromEnv(envOf(env))
+	assert.ErrorContains(t, err, "gateway 198.19.41.1 is outside every prefix")
 }
 
 func TestConfigValidation(t *testing.T) {
