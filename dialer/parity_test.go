@@ -196,6 +196,44 @@ func TestErrorParityWithNet(t *testing.T) {
 			require.NoError(t, c.Close())
 			return shapeOf(c.Close(), addrs...)
 		}},
+		{"set deadline after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.SetDeadline(time.Now()), addrs...)
+		}},
+		{"set read deadline after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.SetReadDeadline(time.Now()), addrs...)
+		}},
+		{"set buffer after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.(interface{ SetReadBuffer(int) error }).SetReadBuffer(1<<16), addrs...)
+		}},
+		{"set linger after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.(interface{ SetLinger(int) error }).SetLinger(0), addrs...)
+		}},
+		{"listener set deadline after close", func(t *testing.T, w *world) shape {
+			ln := w.listen(t)
+			addr := ln.Addr().String()
+			require.NoError(t, ln.Close())
+			return shapeOf(ln.(interface{ SetDeadline(time.Time) error }).SetDeadline(time.Now()), addr)
+		}},
+		{"listen busy wildcard port", func(t *testing.T, w *world) shape {
+			ln, err := w.lc.Listen(t.Context(), "tcp", ":0")
+			require.NoError(t, err)
+			defer ln.Close()
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			_, err = w.lc.Listen(t.Context(), "tcp", ":"+port)
+			return shapeOf(err, port)
+		}},
 		{"closed listener", func(t *testing.T, w *world) shape {
 			ln := w.listen(t)
 			addr := ln.Addr().String()
