@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
 
 	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/link/linktest"
@@ -182,4 +183,39 @@ func TestLoopbackAndForeignListensAreKernelListens(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	assert.IsType(t, &polarnet.TCPListener{}, ln, "the stack's own address")
+}
+
+// TestNetTestConnOnBothPaths runs x/net's conformance test for net.Conn on
+// conns from a wildcard listen on a stack: dialed through the stack, and
+// dialed to the kernel's loopback through the same dialer.
+func TestNetTestConnOnBothPaths(t *testing.T) {
+	client, server := stackPair(t, nil)
+	ln, err := (&listener.ListenConfig{Stack: server}).Listen(t.Context(), "tcp", ":0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	d := dialer.Dialer{Stack: client, Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		path, host string
+		conn       net.Conn
+	}{
+		{"stack", serverAddr.Addr().String(), &polarnet.TCPConn{}},
+		{"kernel", "127.0.0.1", &net.TCPConn{}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				c1, err = d.Dial("tcp", net.JoinHostPort(tc.host, port))
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				if c2, err = ln.Accept(); err != nil {
+					c1.Close()
+					return nil, nil, nil, err
+				}
+				assert.IsType(t, tc.conn, c1)
+				assert.IsType(t, tc.conn, c2)
+				return c1, c2, func() { c1.Close(); c2.Close() }, nil
+			})
+		})
+	}
 }
