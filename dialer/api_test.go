@@ -233,4 +233,5 @@ func TestDialLoopbackThroughTheKernel(t *testing.T) {
 		assert.IsType(t, &net.TCPConn{}, c, addr)
 		c.Close()
 	}
+	assert.EqualValues(t, 2, st.Stats().KernelDials)
 }

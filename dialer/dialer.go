@@ -124,8 +124,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if st == nil || netaddr.IsLocalhost(address) {
+	if st == nil {
 		return d.kernel().DialContext(ctx, network, address)
+	}
+	if netaddr.IsLocalhost(address) {
+		return d.dialKernel(ctx, st, network, address)
 	}
 	n, err := netaddr.ParseNetwork(network)
 	if err != nil {
@@ -250,7 +253,7 @@ func (d *Dialer) dialSerial(ctx context.Context, st *polarnet.Stack, n netaddr.N
 
 func (d *Dialer) dialOne(ctx context.Context, st *polarnet.Stack, n netaddr.Network, laddr, raddr netip.AddrPort) (net.Conn, error) {
 	if st.ViaKernel(raddr.Addr()) {
-		return d.kernel().DialContext(ctx, n.Name, raddr.String())
+		return d.dialKernel(ctx, st, n.Name, raddr.String())
 	}
 	if n.Proto == "udp" {
 		return st.DialUDP(n.Name, laddr, raddr)
@@ -263,6 +266,15 @@ func (d *Dialer) dialOne(ctx context.Context, st *polarnet.Stack, n netaddr.Netw
 		c.SetKeepAliveConfig(ka)
 	}
 	return c, nil
+}
+
+// dialKernel dials with Go's net for st, counting the conn in its Stats.
+func (d *Dialer) dialKernel(ctx context.Context, st *polarnet.Stack, network, address string) (net.Conn, error) {
+	c, err := d.kernel().DialContext(ctx, network, address)
+	if err == nil {
+		st.CountKernelConn(false)
+	}
+	return c, err
 }
 
 // deadline is the earlier of Deadline and now+Timeout, as in net.Dialer.

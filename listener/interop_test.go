@@ -95,6 +95,8 @@ func TestWildcardListenAcceptsOnStackAndLoopback(t *testing.T) {
 		roundTrip(t, c)
 		assert.IsType(t, &net.TCPConn{}, <-accepted, host)
 	}
+	assert.EqualValues(t, 2, server.Stats().KernelAccepts)
+	assert.EqualValues(t, 0, client.Stats().KernelDials)
 }
 
 func TestMergedListenerErrorsAsNet(t *testing.T) {

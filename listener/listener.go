@@ -116,7 +116,7 @@ func (lc *ListenConfig) listenBoth(ctx context.Context, st *polarnet.Stack, n ne
 		port := uint16(sl.Addr().(*net.TCPAddr).Port)
 		kls, err := lc.listenKernel(ctx, n, st.KernelListen(), port)
 		if err == nil {
-			return newMerged(n.Name, append([]net.Listener{sl}, kls...)...), nil
+			return newMerged(n.Name, st, sl, kls...), nil
 		}
 		sl.Close()
 		if laddr.Port() != 0 || retries == 0 || !errors.Is(err, syscall.EADDRINUSE) {

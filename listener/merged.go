@@ -19,7 +19,8 @@ import (
 type merged struct {
 	network string
 	addr    net.Addr
-	parts   []net.Listener
+	stack   *polarnet.Stack
+	parts   []net.Listener // the stack's, then the kernel's
 
 	accepted chan acceptResult
 	wg       sync.WaitGroup
@@ -39,20 +40,21 @@ type acceptResult struct {
 	err  error
 }
 
-// newMerged takes ownership of parts; the first one's address is the
-// listener's.
-func newMerged(network string, parts ...net.Listener) *merged {
+// newMerged takes ownership of st's listener and the kernel's; the
+// stack's address is the listener's.
+func newMerged(network string, st *polarnet.Stack, stackPart net.Listener, kernelParts ...net.Listener) *merged {
 	m := &merged{
 		network:  network,
-		addr:     parts[0].Addr(),
-		parts:    parts,
+		addr:     stackPart.Addr(),
+		stack:    st,
+		parts:    append([]net.Listener{stackPart}, kernelParts...),
 		accepted: make(chan acceptResult),
 		moved:    make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
-	m.wg.Add(len(parts))
-	for _, l := range parts {
-		go m.acceptFrom(l)
+	m.wg.Add(len(m.parts))
+	for i, l := range m.parts {
+		go m.acceptFrom(l, i > 0)
 	}
 	return m
 }
@@ -60,10 +62,13 @@ func newMerged(network string, parts ...net.Listener) *merged {
 // acceptFrom hands l's connections and errors to Accept until l fails for
 // good or m closes. Errors are reported with m's address, as if one
 // listener had them.
-func (m *merged) acceptFrom(l net.Listener) {
+func (m *merged) acceptFrom(l net.Listener, kernel bool) {
 	defer m.wg.Done()
 	for {
 		c, err := l.Accept()
+		if c != nil && kernel {
+			m.stack.CountKernelConn(true)
+		}
 		var temporary interface{ Temporary() bool }
 		fatal := err != nil && !(errors.As(err, &temporary) && temporary.Temporary())
 		select {

@@ -70,5 +70,16 @@ func (s *Stack) ViaKernel(a netip.Addr) bool {
 	return !gw.IsValid() && len(s.cfg.KernelRoutes) == 0
 }
 
+// CountKernelConn records, for Stats, a conn that dialer or listener
+// opened through Go's net on the stack's behalf: a dial, or (accepted) an
+// accept of a wildcard listen's kernel part.
+func (s *Stack) CountKernelConn(accepted bool) {
+	if accepted {
+		s.kernelAccepts.Add(1)
+	} else {
+		s.kernelDials.Add(1)
+	}
+}
+
 // KernelListen returns Config.KernelListen.
 func (s *Stack) KernelListen() KernelListenMode { return s.cfg.KernelListen }
