@@ -1,12 +1,14 @@
 // Command polarnet operates polarnet hosts and programs.
 //
-//	polarnet doctor [-iface NAME] [-probe=false] [tap|afxdp|dpdk|rdma|all]
+//	polarnet doctor [-iface NAME] [-probe=false] [tap|afxdp|dpdk|rdma|all|env]
 //	polarnet stat [-interval 1s] [-n 0] [URL]
 //	polarnet bench [-rpcbench PATH] [compare flags...]
 //	polarnet fix [-n] [packages]
 //
 // doctor checks the host for each link and prints what is ready and the
 // exact fix for what is not; it exits 1 when a link asked for cannot run.
+// doctor env reads the POLARNET_* variables as a program would and starts
+// the stack they configure, to say why it would not.
 // stat shows a running program's Prometheus endpoint (metrics/prom) as
 // rates per second, per shard and per queue, refreshed every interval.
 // bench runs rpcbench's compare mode. fix moves a program from Go's net
@@ -30,8 +32,9 @@ import (
 )
 
 const usage = `usage:
-  polarnet doctor [-iface NAME] [-probe=false] [tap|afxdp|dpdk|rdma|all]
-        check the host for each link; exit status 1 if one asked for cannot run
+  polarnet doctor [-iface NAME] [-probe=false] [tap|afxdp|dpdk|rdma|all|env]
+        check the host for each link, or (env) the POLARNET_* variables and the
+        stack they start; exit status 1 if one asked for cannot run
   polarnet stat [-interval 1s] [-n COUNT] [URL]
         live view of a program's metrics endpoint (default http://127.0.0.1:9090/metrics)
   polarnet bench [-rpcbench PATH] [rpcbench compare flags...]
