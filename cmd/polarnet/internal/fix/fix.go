@@ -76,12 +76,19 @@ var kernelOnly = map[string]string{
 	"FileListener": "nothing: a polarnet listener has no file descriptor",
 }
 
-// fdMethods need a file descriptor, which a polarnet conn lacks.
-var fdMethods = map[string]string{
-	"File":        "a polarnet conn has no file descriptor: keep the call behind a comma-ok assertion to the *net type, with a path for conns that are not",
-	"SyscallConn": "a polarnet conn has no file descriptor: keep the call behind a comma-ok assertion to the *net type, with a path for conns that are not",
-	"AcceptTCP":   "use Accept and assert polarnet.AnyTCPConn: the listener may be polarnet's",
+// netMethods are the methods of net's types that polarnet's counterparts
+// lack, by receiver type, with what to do instead.
+var netMethods = map[string]map[string]string{
+	"TCPConn":     {"File": noFD, "SyscallConn": noFD},
+	"UDPConn":     {"File": noFD, "SyscallConn": noFD},
+	"TCPListener": {"File": noFD, "SyscallConn": noFD, "AcceptTCP": "use Accept and assert polarnet.AnyTCPConn: the listener may be polarnet's"},
+	"Dialer":      {"DialTCP": typedDial, "DialUDP": typedDial, "DialIP": typedDial, "DialUnix": typedDial},
 }
+
+const (
+	noFD      = "a polarnet conn has no file descriptor: keep the call behind a comma-ok assertion to the *net type, with a path for conns that are not"
+	typedDial = "it returns net's concrete type, which dialer.Dialer has no method for: use DialContext and assert polarnet.AnyTCPConn or AnyUDPConn"
+)
 
 func run(pass *analysis.Pass) (any, error) {
 	for _, f := range pass.Files {
@@ -172,35 +179,40 @@ func (fx *fileFix) selector(sel *ast.SelectorExpr, blocked map[string]string) {
 		}
 		return
 	}
-	// A method that needs a file descriptor, on one of net's conn types.
-	if advice, ok := fdMethods[sel.Sel.Name]; ok {
-		s, ok := fx.pass.TypesInfo.Selections[sel]
-		if ok && s.Kind() == types.MethodVal && isNetConnType(s.Recv()) {
-			fx.pass.Reportf(sel.Sel.Pos(), "%s on %s cannot be rewritten: %s", sel.Sel.Name, types.TypeString(s.Recv(), types.RelativeTo(fx.pass.Pkg)), advice)
-		}
+	if recv, advice := fx.netMethod(sel); advice != "" {
+		fx.pass.Reportf(sel.Sel.Pos(), "%s on net.%s cannot be rewritten: %s", sel.Sel.Name, recv, advice)
 	}
 }
 
-// isNetConnType reports whether t is *net.TCPConn, *net.TCPListener or
-// *net.UDPConn.
-func isNetConnType(t types.Type) bool {
-	p, ok := t.(*types.Pointer)
-	if !ok {
-		return false
+// netMethod returns the receiver type's name and the advice when sel is a
+// method of netMethods, "" otherwise.
+func (fx *fileFix) netMethod(sel *ast.SelectorExpr) (recv, advice string) {
+	s, ok := fx.pass.TypesInfo.Selections[sel]
+	if !ok || s.Kind() != types.MethodVal {
+		return "", ""
 	}
-	n, ok := p.Elem().(*types.Named)
+	t := s.Recv()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, ok := t.(*types.Named)
 	if !ok || n.Obj().Pkg() == nil || n.Obj().Pkg().Path() != "net" {
-		return false
+		return "", ""
 	}
-	_, ok = assertions[n.Obj().Name()]
-	return ok
+	return n.Obj().Name(), netMethods[n.Obj().Name()][sel.Sel.Name]
 }
 
 // blockedTypes lists net.Dialer and net.ListenConfig when the file passes
-// one to a function outside net, whose parameter the rewrite would break.
+// one to a function outside net, whose parameter the rewrite would break,
+// or calls a method of net.Dialer that dialer.Dialer lacks.
 func (fx *fileFix) blockedTypes() map[string]string {
 	blocked := map[string]string{}
 	ast.Inspect(fx.file, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if recv, advice := fx.netMethod(sel); recv == "Dialer" && advice != "" {
+				blocked[recv] = fmt.Sprintf("the file calls its %s at %s, which dialer.Dialer lacks", sel.Sel.Name, fx.pass.Fset.Position(sel.Sel.Pos()))
+			}
+		}
 		call, ok := n.(*ast.CallExpr)
 		if !ok {
 			return true

@@ -36,12 +36,12 @@ func serve() error {
 
 func fd(c net.Conn) {
 	tc := c.(*net.TCPConn) // want `\*net.TCPConn assertion left as it is \(tc.File at line 39\)`
-	f, _ := tc.File()      // want `File on \*net.TCPConn cannot be rewritten`
+	f, _ := tc.File()      // want `File on net.TCPConn cannot be rewritten`
 	f.Close()
 }
 
 func kernelOnly() {
 	net.ListenTCP("tcp", &net.TCPAddr{Port: 1}) // want `net.ListenTCP cannot be rewritten: use listener.Listen`
 	ln, _ := net.Listen("tcp", ":0")            // want `net.Listen → listener.Listen`
-	ln.(*net.TCPListener).AcceptTCP()           // want `\*net.TCPListener assertion left as it is \(calls AcceptTCP\)` `AcceptTCP on \*net.TCPListener cannot be rewritten`
+	ln.(*net.TCPListener).AcceptTCP()           // want `\*net.TCPListener assertion left as it is \(calls AcceptTCP\)` `AcceptTCP on net.TCPListener cannot be rewritten`
 }
