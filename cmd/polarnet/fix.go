@@ -26,6 +26,7 @@ func fixCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fix", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dryRun := fs.Bool("n", false, "print what would change, change nothing")
+	tests := fs.Bool("test", true, "also rewrite the packages' test files")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -33,7 +34,7 @@ func fixCmd(args []string, stdout, stderr io.Writer) int {
 	if len(patterns) == 0 {
 		patterns = []string{"."}
 	}
-	pkgs, err := packages.Load(&packages.Config{Mode: packages.LoadSyntax, Tests: true}, patterns...)
+	pkgs, err := packages.Load(&packages.Config{Mode: packages.LoadSyntax, Tests: *tests}, patterns...)
 	if err == nil && packages.PrintErrors(pkgs) > 0 {
 		err = errors.New("packages have errors")
 	}

@@ -39,57 +39,23 @@ var (
 // the TAP, one on 127.0.0.1 and one on a POLARNET_KERNEL_ROUTES prefix, and
 // its *net.TCPConn assertions, rewritten, hold for conns of both paths.
 func TestFixedProgramRunsOverTAP(t *testing.T) {
-	ns := netns.New(t)
+	ns, dev := tapNamespace(t)
 	testenv.RequireCommand(t, "curl")
 	gobin := testenv.RequireCommand(t, "go")
-	dev := netns.UniqueName("pnt")
-	l, err := tap.New(tap.Config{Name: dev, Persist: true})
-	require.NoError(t, err)
-	require.NoError(t, l.Close())
-	require.NoError(t, ns.MoveLink(dev))
-	require.NoError(t, ns.Configure(dev, 1500, e2eKernel))
-	_, err = ns.Exec("ip", "addr", "add", e2eRouted.String(), "dev", "lo")
+	_, err := ns.Exec("ip", "addr", "add", e2eRouted.String(), "dev", "lo")
 	require.NoError(t, err)
 	echoOverTAP := kernelEcho(t, ns, netip.AddrPortFrom(e2eKernel.Addr(), 0))
 	echoLoopback := kernelEcho(t, ns, netip.MustParseAddrPort("127.0.0.1:0"))
 	echoRouted := kernelEcho(t, ns, netip.AddrPortFrom(e2eRouted.Addr(), 0))
 
 	app := buildFixedApp(t, gobin)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns.Name, app, "-listen", ":8080")
-	cmd.Env = append(os.Environ(),
-		"POLARNET_LINK=tap", "POLARNET_DEVICE="+dev, "POLARNET_ADDR="+e2eStack.String(),
-		"POLARNET_GATEWAY="+e2eKernel.Addr().String(), "POLARNET_KERNEL_ROUTES=198.19.41.0/24",
-		"POLARNET_FALLBACK=fail")
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		t.Logf("app's output:\n%s", logs.String())
-	})
-
 	get := func(url string) (string, error) {
 		return ns.Exec("curl", "-sS", "--fail-with-body", "--max-time", "5", url)
 	}
-	require.Eventually(t, func() bool {
-		select {
-		case <-exited:
-			return true
-		default:
-		}
+	startInNS(t, ns, polarnetEnv(dev, "POLARNET_KERNEL_ROUTES=198.19.41.0/24"), func() error {
 		_, err := get("http://127.0.0.1:8080/")
-		return err == nil
-	}, 20*time.Second, 50*time.Millisecond, "the app serves on 127.0.0.1:8080")
-	select {
-	case <-exited:
-		t.Fatalf("the app exited: %s", logs.String())
-	default:
-	}
+		return err
+	}, app, "-listen", ":8080")
 
 	for url, want := range map[string]string{
 		"http://127.0.0.1:8080/":   "served on 127.0.0.1:8080\n",
@@ -107,7 +73,64 @@ func TestFixedProgramRunsOverTAP(t *testing.T) {
 			assert.True(t, strings.HasPrefix(got, want), "%s: got %q, want %q...", url, got, want)
 		}
 	}
-	assert.NotContains(t, logs.String(), "panic")
+}
+
+// tapNamespace makes the e2e topology's namespace with a persistent TAP in
+// it, whose kernel side has e2eKernel; a program in the namespace attaches
+// to it by name. It returns the namespace and the device's name.
+func tapNamespace(t *testing.T) (*netns.NS, string) {
+	ns := netns.New(t)
+	dev := netns.UniqueName("pnt")
+	l, err := tap.New(tap.Config{Name: dev, Persist: true})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	require.NoError(t, ns.MoveLink(dev))
+	require.NoError(t, ns.Configure(dev, 1500, e2eKernel))
+	return ns, dev
+}
+
+// polarnetEnv is the environment that puts a program on the stack side of
+// tapNamespace's TAP, with the kernel side as its gateway.
+func polarnetEnv(dev string, extra ...string) []string {
+	return append(append(os.Environ(),
+		"POLARNET_LINK=tap", "POLARNET_DEVICE="+dev, "POLARNET_ADDR="+e2eStack.String(),
+		"POLARNET_GATEWAY="+e2eKernel.Addr().String(), "POLARNET_FALLBACK=fail"), extra...)
+}
+
+// startInNS runs a program in ns with env until the test ends, and waits
+// (20s at most) until ready succeeds. When the test ends it logs the
+// program's output, which must hold no panic.
+func startInNS(t *testing.T, ns *netns.NS, env []string, ready func() error, bin string, args ...string) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns.Name, bin}, args...)...)
+	cmd.Env = env
+	logs := new(strings.Builder)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+		t.Logf("%s's output:\n%s", filepath.Base(bin), logs)
+		assert.NotContains(t, logs.String(), "panic")
+	})
+	var lastErr error
+	ok := assert.Eventually(t, func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+		}
+		lastErr = ready()
+		return lastErr == nil
+	}, 20*time.Second, 50*time.Millisecond)
+	select {
+	case <-exited:
+		t.Fatalf("%s exited", filepath.Base(bin))
+	default:
+	}
+	require.True(t, ok, "%s never became ready: %v", filepath.Base(bin), lastErr)
 }
 
 // buildFixedApp copies testdata/app into a module of its own that requires

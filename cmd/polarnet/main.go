@@ -3,7 +3,7 @@
 //	polarnet doctor [-iface NAME] [-probe=false] [tap|afxdp|dpdk|rdma|all|env]
 //	polarnet stat [-interval 1s] [-n 0] [URL]
 //	polarnet bench [-rpcbench PATH] [compare flags...]
-//	polarnet fix [-n] [packages]
+//	polarnet fix [-n] [-test=false] [packages]
 //
 // doctor checks the host for each link and prints what is ready and the
 // exact fix for what is not; it exits 1 when a link asked for cannot run.
@@ -39,7 +39,7 @@ const usage = `usage:
         live view of a program's metrics endpoint (default http://127.0.0.1:9090/metrics)
   polarnet bench [-rpcbench PATH] [rpcbench compare flags...]
         run rpcbench's compare mode
-  polarnet fix [-n] [packages]
+  polarnet fix [-n] [-test=false] [packages]
         rewrite net.Dial/Listen and *net.TCPConn assertions to polarnet's; -n: print only
 `
 
