@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/polarnet/polarnet/internal/testenv"
 )
 
 // TestFixRewritesAModule runs `polarnet fix` on a copy of the analyzer's
@@ -42,4 +45,30 @@ func TestFixRewritesAModule(t *testing.T) {
 	assert.Equal(t, string(golden), string(fixed))
 	assert.Contains(t, out.String(), "server.go:44:2: net.ListenTCP cannot be rewritten")
 	assert.True(t, strings.HasSuffix(out.String(), "1 files rewritten, 5 places to change by hand\n"), out.String())
+}
+
+// TestFixAsVetTool runs the analysis as go vet's -vettool: it reports the
+// rewrites and the places left, and changes nothing.
+func TestFixAsVetTool(t *testing.T) {
+	gobin := testenv.RequireCommand(t, "go")
+	bin := filepath.Join(t.TempDir(), "polarnet")
+	build := exec.Command(gobin, "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	src, err := os.ReadFile(filepath.Join("internal", "fix", "testdata", "src", "server", "server.go"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example\n\ngo 1.26\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.go"), src, 0o644))
+	vet := exec.Command(gobin, "vet", "-vettool="+bin, "./...")
+	vet.Dir = dir
+	out, err = vet.CombinedOutput()
+	t.Logf("%s", out)
+	require.Error(t, err, "go vet fails when the analysis reports")
+	assert.Contains(t, string(out), "server.go:10:13: net.Listen → listener.Listen")
+	assert.Contains(t, string(out), "server.go:44:2: net.ListenTCP cannot be rewritten")
+	unchanged, err := os.ReadFile(filepath.Join(dir, "server.go"))
+	require.NoError(t, err)
+	assert.Equal(t, string(src), string(unchanged))
 }
