@@ -29,8 +29,8 @@ net.ListenPacket and net.ListenConfig to polarnet's dialer and listener,
 gives http.Transport literals without a dial function dialer.DialContext,
 and turns assertions to *net.TCPConn, *net.TCPListener and *net.UDPConn
 into polarnet.AnyTCPConn, AnyTCPListener and AnyUDPConn. It reports what
-it cannot rewrite (net.DialTCP, net.ListenTCP, File, SyscallConn, ...)
-with what to do.`,
+it cannot rewrite (net.DialTCP, net.ListenTCP, File, SyscallConn,
+http.DefaultTransport, ...) with what to do.`,
 	Run: run,
 }
 
@@ -181,6 +181,9 @@ func (fx *fileFix) selector(sel *ast.SelectorExpr, blocked map[string]string) {
 	}
 	if recv, advice := fx.netMethod(sel); advice != "" {
 		fx.pass.Reportf(sel.Sel.Pos(), "%s on net.%s cannot be rewritten: %s", sel.Sel.Name, recv, advice)
+	}
+	if v, ok := fx.pass.TypesInfo.Uses[sel.Sel].(*types.Var); ok && v.Pkg() != nil && v.Pkg().Path() == "net/http" && v.Name() == "DefaultTransport" {
+		fx.pass.Reportf(sel.Pos(), "http.DefaultTransport (and what clones it) dials with Go's net: set its DialContext to dialer.DialContext, once, before the first request")
 	}
 }
 

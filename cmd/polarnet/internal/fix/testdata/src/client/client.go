@@ -31,3 +31,7 @@ func timeout() {
 		c.Close()
 	}
 }
+
+func cloned() *http.Transport {
+	return http.DefaultTransport.(*http.Transport).Clone() // want `http.DefaultTransport \(and what clones it\) dials with Go's net`
+}
