@@ -18,27 +18,10 @@ import (
 
 // TCPConn is what scenarios need of a TCP connection: the methods
 // *net.TCPConn and *polarnet.TCPConn share.
-type TCPConn interface {
-	net.Conn
-	CloseRead() error
-	CloseWrite() error
-	SetLinger(sec int) error
-	SetNoDelay(noDelay bool) error
-	SetReadBuffer(bytes int) error
-	SetWriteBuffer(bytes int) error
-	SetKeepAliveConfig(cfg net.KeepAliveConfig) error
-}
-
-var (
-	_ TCPConn = (*net.TCPConn)(nil)
-	_ TCPConn = (*polarnet.TCPConn)(nil)
-)
+type TCPConn = polarnet.AnyTCPConn
 
 // Listener is a TCP listener with an accept deadline.
-type Listener interface {
-	net.Listener
-	SetDeadline(t time.Time) error
-}
+type Listener = polarnet.AnyTCPListener
 
 // DialOptions shape a dial.
 type DialOptions struct {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"reflect"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -205,4 +206,32 @@ func TestAPIDynamicTypes(t *testing.T) {
 	assert.Equal(t, "ping", string(buf[:n]))
 	assert.IsType(t, &net.UDPAddr{}, from)
 	assert.Equal(t, uc.LocalAddr().String(), from.String())
+}
+
+// TestDialLoopbackThroughTheKernel: with a stack, loopback and localhost are
+// dialed with Go's net.
+func TestDialLoopbackThroughTheKernel(t *testing.T) {
+	la, _ := linktest.Pipe(linktest.PipeConfig{})
+	st := newStack(t, la, "198.19.40.1/24")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	d := dialer.Dialer{Stack: st, Timeout: 5 * time.Second}
+	for _, addr := range []string{ln.Addr().String(), net.JoinHostPort("localhost", strconv.Itoa(port))} {
+		c, err := d.Dial("tcp4", addr)
+		require.NoError(t, err, addr)
+		assert.IsType(t, &net.TCPConn{}, c, addr)
+		c.Close()
+	}
+	assert.EqualValues(t, 2, st.Stats().KernelDials)
 }

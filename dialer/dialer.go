@@ -1,6 +1,16 @@
 // Package dialer is the drop-in replacement for net.Dial: the same functions
 // and a Dialer with net.Dialer's fields, running over a polarnet Stack when
 // one is configured and over Go's net otherwise.
+//
+// With a stack, each dial goes where the kernel interop policy sends it:
+// localhost and loopback addresses, and destinations the stack cannot route
+// or that polarnet.Config.KernelRoutes names (see Stack.ViaKernel), are
+// dialed with Go's net, everything else through the stack. A name that
+// resolves to both kinds of address may be dialed on both paths. Errors
+// have net's shapes on either path. A TCP conn is a *net.TCPConn or a
+// *polarnet.TCPConn: assert polarnet.AnyTCPConn to reach the methods both
+// have (SetLinger, CloseWrite, SetNoDelay, ...), and polarnet.AnyUDPConn
+// for UDP.
 package dialer
 
 import (
@@ -116,6 +126,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	}
 	if st == nil {
 		return d.kernel().DialContext(ctx, network, address)
+	}
+	if netaddr.IsLocalhost(address) {
+		return d.dialKernel(ctx, st, network, address)
 	}
 	n, err := netaddr.ParseNetwork(network)
 	if err != nil {
@@ -239,6 +252,9 @@ func (d *Dialer) dialSerial(ctx context.Context, st *polarnet.Stack, n netaddr.N
 }
 
 func (d *Dialer) dialOne(ctx context.Context, st *polarnet.Stack, n netaddr.Network, laddr, raddr netip.AddrPort) (net.Conn, error) {
+	if st.ViaKernel(raddr.Addr()) {
+		return d.dialKernel(ctx, st, n.Name, raddr.String())
+	}
 	if n.Proto == "udp" {
 		return st.DialUDP(n.Name, laddr, raddr)
 	}
@@ -250,6 +266,15 @@ func (d *Dialer) dialOne(ctx context.Context, st *polarnet.Stack, n netaddr.Netw
 		c.SetKeepAliveConfig(ka)
 	}
 	return c, nil
+}
+
+// dialKernel dials with Go's net for st, counting the conn in its Stats.
+func (d *Dialer) dialKernel(ctx context.Context, st *polarnet.Stack, network, address string) (net.Conn, error) {
+	c, err := d.kernel().DialContext(ctx, network, address)
+	if err == nil {
+		st.CountKernelConn(false)
+	}
+	return c, err
 }
 
 // deadline is the earlier of Deadline and now+Timeout, as in net.Dialer.

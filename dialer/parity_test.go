@@ -38,6 +38,8 @@ func worlds(t *testing.T) []world {
 	return []world{
 		{name: "kernel", serverHost: "127.0.0.1"},
 		{name: "polarnet", dialer: dialer.Dialer{Stack: client}, lc: listener.ListenConfig{Stack: server}, serverHost: "198.18.0.2"},
+		// Stacks configured, loopback traffic: the kernel interop path.
+		{name: "interop", dialer: dialer.Dialer{Stack: client}, lc: listener.ListenConfig{Stack: server}, serverHost: "127.0.0.1"},
 	}
 }
 
@@ -194,6 +196,44 @@ func TestErrorParityWithNet(t *testing.T) {
 			require.NoError(t, c.Close())
 			return shapeOf(c.Close(), addrs...)
 		}},
+		{"set deadline after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.SetDeadline(time.Now()), addrs...)
+		}},
+		{"set read deadline after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.SetReadDeadline(time.Now()), addrs...)
+		}},
+		{"set buffer after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.(interface{ SetReadBuffer(int) error }).SetReadBuffer(1<<16), addrs...)
+		}},
+		{"set linger after close", func(t *testing.T, w *world) shape {
+			c, _ := w.pair(t)
+			addrs := addrsOf(c)
+			require.NoError(t, c.Close())
+			return shapeOf(c.(interface{ SetLinger(int) error }).SetLinger(0), addrs...)
+		}},
+		{"listener set deadline after close", func(t *testing.T, w *world) shape {
+			ln := w.listen(t)
+			addr := ln.Addr().String()
+			require.NoError(t, ln.Close())
+			return shapeOf(ln.(interface{ SetDeadline(time.Time) error }).SetDeadline(time.Now()), addr)
+		}},
+		{"listen busy wildcard port", func(t *testing.T, w *world) shape {
+			ln, err := w.lc.Listen(t.Context(), "tcp", ":0")
+			require.NoError(t, err)
+			defer ln.Close()
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			_, err = w.lc.Listen(t.Context(), "tcp", ":"+port)
+			return shapeOf(err, port)
+		}},
 		{"closed listener", func(t *testing.T, w *world) shape {
 			ln := w.listen(t)
 			addr := ln.Addr().String()
@@ -256,9 +296,11 @@ func TestErrorParityWithNet(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			want := sc.run(t, &ws[0])
-			got := sc.run(t, &ws[1])
 			t.Logf("net: %+v", want)
-			assert.Equal(t, want, got)
+			for i := range ws[1:] {
+				w := &ws[1+i]
+				assert.Equal(t, want, sc.run(t, w), w.name)
+			}
 		})
 	}
 }

@@ -27,6 +27,16 @@ type Config struct {
 	// resolver, through the kernel.
 	DNS []netip.AddrPort
 
+	// KernelRoutes are the destinations, beyond loopback, that dialer
+	// sends through Go's net instead of the stack (see Stack.ViaKernel).
+	// Zero: whatever the stack cannot route (outside its prefixes, with no
+	// gateway of the family) goes to the kernel.
+	KernelRoutes []netip.Prefix
+
+	// KernelListen says where else a wildcard listen of the listener
+	// package accepts connections. Zero: KernelListenLoopback.
+	KernelListen KernelListenMode
+
 	// MTU overrides the link's MTU (it may only lower it). Zero: the link's.
 	MTU int
 
@@ -208,22 +218,31 @@ func (cfg Config) withDefaults() (Config, error) {
 	if len(cfg.Addrs) == 0 {
 		return cfg, fmt.Errorf("polarnet: Config.Addrs needs at least one address")
 	}
-	for _, p := range cfg.Addrs {
+	if err := cfg.checkAddrs(); err != nil {
+		return cfg, err
+	}
+	for _, p := range cfg.KernelRoutes {
 		if !p.IsValid() || p.Addr().Zone() != "" {
-			return cfg, fmt.Errorf("polarnet: invalid address %v", p)
+			return cfg, fmt.Errorf("polarnet: invalid kernel route %v", p)
 		}
 	}
-	for _, gw := range []netip.Addr{cfg.Gateway4, cfg.Gateway6} {
-		if gw.IsValid() && (gw == cfg.Gateway4) != gw.Is4() {
-			return cfg, fmt.Errorf("polarnet: gateway %v has the wrong address family", gw)
-		}
+	if cfg.KernelListen > KernelListenNone {
+		return cfg, fmt.Errorf("polarnet: unknown kernel listen mode %v", cfg.KernelListen)
 	}
 	info := cfg.Link.Info()
 	switch {
+	case cfg.MTU > info.MTU:
+		return cfg, fmt.Errorf("polarnet: MTU %d is more than link %q carries (%d)", cfg.MTU, info.Name, info.MTU)
 	case cfg.MTU == 0:
 		cfg.MTU = info.MTU
-	case cfg.MTU < 576 || cfg.MTU > info.MTU:
-		return cfg, fmt.Errorf("polarnet: MTU %d outside 576..%d (the link's)", cfg.MTU, info.MTU)
+	}
+	if cfg.MTU < minMTU4 {
+		return cfg, fmt.Errorf("polarnet: MTU %d on link %q is below IPv4's minimum of %d", cfg.MTU, info.Name, minMTU4)
+	}
+	for _, p := range cfg.Addrs {
+		if p.Addr().Is6() && cfg.MTU < minMTU6 {
+			return cfg, fmt.Errorf("polarnet: MTU %d on link %q is below IPv6's minimum of %d, which address %v needs", cfg.MTU, info.Name, minMTU6, p)
+		}
 	}
 	if cfg.Poll > PollBlocking {
 		return cfg, fmt.Errorf("polarnet: unknown poll mode %v", cfg.Poll)
@@ -279,6 +298,55 @@ func (cfg Config) withDefaults() (Config, error) {
 		t.KeepAlive.Count = defaultKACount
 	}
 	return cfg, nil
+}
+
+// The smallest MTUs IPv4 (RFC 791: every host accepts a 576-byte datagram)
+// and IPv6 (RFC 8200) work with.
+const (
+	minMTU4 = 576
+	minMTU6 = 1280
+)
+
+// checkAddrs reports the first address that cannot work: an invalid one, a
+// host address that is its IPv4 subnet's network or broadcast address, a
+// gateway of the wrong family, the stack's own, or off the link (outside
+// every prefix of its family; an IPv6 link-local gateway, as routers
+// advertise, is on every link).
+func (cfg *Config) checkAddrs() error {
+	for _, p := range cfg.Addrs {
+		switch {
+		case !p.IsValid() || p.Addr().Zone() != "":
+			return fmt.Errorf("polarnet: invalid address %v", p)
+		case !p.Addr().Is4() || p.Bits() >= 31:
+		case p.Addr() == p.Masked().Addr():
+			return fmt.Errorf("polarnet: address %v is the network address of %v: give the stack a host address inside it", p, p.Masked())
+		case p.Addr() == lastAddr(p):
+			return fmt.Errorf("polarnet: address %v is the broadcast address of %v: give the stack a host address inside it", p, p.Masked())
+		}
+	}
+	for _, gw := range []netip.Addr{cfg.Gateway4, cfg.Gateway6} {
+		if !gw.IsValid() {
+			continue
+		}
+		if (gw == cfg.Gateway4) != gw.Is4() {
+			return fmt.Errorf("polarnet: gateway %v has the wrong address family", gw)
+		}
+		var same []netip.Prefix
+		onLink := gw.IsLinkLocalUnicast()
+		for _, p := range cfg.Addrs {
+			if p.Addr() == gw {
+				return fmt.Errorf("polarnet: gateway %v is the stack's own address", gw)
+			}
+			if p.Addr().Is4() == gw.Is4() {
+				same = append(same, p)
+				onLink = onLink || p.Contains(gw)
+			}
+		}
+		if !onLink {
+			return fmt.Errorf("polarnet: gateway %v is outside every prefix of the stack (%v): a gateway must be on the link", gw, same)
+		}
+	}
+	return nil
 }
 
 func (r BufferRange) withDefaults(def BufferRange) (BufferRange, error) {

@@ -89,6 +89,11 @@ const (
 	EnvDNS         = "POLARNET_DNS"          // DNS servers (addr or addr:port), comma-separated
 	EnvPoll        = "POLARNET_POLL"         // adaptive, busy or blocking
 	EnvFallback    = "POLARNET_FALLBACK"     // kernel (default) or fail
+	// EnvKernelRoutes lists prefixes dialed through the kernel,
+	// comma-separated (Config.KernelRoutes).
+	EnvKernelRoutes = "POLARNET_KERNEL_ROUTES"
+	// EnvKernelListen is loopback (default), all or none (Config.KernelListen).
+	EnvKernelListen = "POLARNET_KERNEL_LISTEN"
 )
 
 // ParseEnv reads the POLARNET_* variables through getenv (os.Getenv when nil).
@@ -122,12 +127,8 @@ func ParseEnv(getenv func(string) string) (EnvConfig, error) {
 		return ec, err
 	}
 	cfg := &ec.Config
-	for _, s := range splitList(getenv(EnvAddr)) {
-		pfx, err := netip.ParsePrefix(s)
-		if err != nil {
-			return ec, fmt.Errorf("polarnet: %s: %w", EnvAddr, err)
-		}
-		cfg.Addrs = append(cfg.Addrs, pfx)
+	if cfg.Addrs, err = envPrefixes(getenv, EnvAddr); err != nil {
+		return ec, err
 	}
 	if len(cfg.Addrs) == 0 {
 		return ec, fmt.Errorf("polarnet: %s=%s needs %s (e.g. 198.18.0.2/24)", EnvLink, ec.Kind, EnvAddr)
@@ -150,16 +151,51 @@ func ParseEnv(getenv func(string) string) (EnvConfig, error) {
 		}
 		cfg.DNS = append(cfg.DNS, ap)
 	}
-	switch v := strings.TrimSpace(getenv(EnvPoll)); v {
-	case "", "adaptive":
-	case "busy":
-		cfg.Poll = PollBusy
-	case "blocking":
-		cfg.Poll = PollBlocking
-	default:
-		return ec, fmt.Errorf("polarnet: %s=%q: want adaptive, busy or blocking", EnvPoll, v)
+	if cfg.KernelRoutes, err = envPrefixes(getenv, EnvKernelRoutes); err != nil {
+		return ec, err
 	}
-	return ec, nil
+	listen, err := envChoice(getenv, EnvKernelListen, KernelListenLoopback, KernelListenAll, KernelListenNone)
+	if err != nil {
+		return ec, err
+	}
+	cfg.KernelListen = listen
+	if cfg.Poll, err = envChoice(getenv, EnvPoll, PollAdaptive, PollBusy, PollBlocking); err != nil {
+		return ec, err
+	}
+	// Addresses that cannot work are an error under either fallback
+	// policy: the kernel would hide a mistake, not a missing link.
+	return ec, cfg.checkAddrs()
+}
+
+// envChoice returns the choice whose String is the variable's value; an
+// empty value is the first choice.
+func envChoice[T fmt.Stringer](getenv func(string) string, name string, choices ...T) (T, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return choices[0], nil
+	}
+	names := make([]string, len(choices))
+	for i, c := range choices {
+		if c.String() == v {
+			return c, nil
+		}
+		names[i] = c.String()
+	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return choices[0], fmt.Errorf("polarnet: %s=%q: want %s", name, v, want)
+}
+
+// envPrefixes parses a comma-separated list of prefixes.
+func envPrefixes(getenv func(string) string, name string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range splitList(getenv(name)) {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("polarnet: %s: %w", name, err)
+		}
+		out = append(out, pfx)
+	}
+	return out, nil
 }
 
 func envInt(getenv func(string) string, name string) (int, error) {
@@ -238,7 +274,9 @@ func Default() (*Stack, error) {
 
 // NewFromEnv builds a stack from the POLARNET_* variables read through getenv
 // (os.Getenv when nil). (nil, nil) means Go's net: no link is configured, or
-// it failed to open under FallbackKernel, which logs the error with slog.
+// the stack failed to start on it under FallbackKernel, which logs the link,
+// the device and the error with slog. Variables that do not parse, or
+// addresses that cannot work, are errors under either policy.
 func NewFromEnv(getenv func(string) string) (*Stack, error) {
 	ec, err := ParseEnv(getenv)
 	if err != nil || ec.Kind == "" {
@@ -251,7 +289,8 @@ func NewFromEnv(getenv func(string) string) (*Stack, error) {
 	if ec.Fallback == FallbackFail {
 		return nil, err
 	}
-	slog.Warn("polarnet: falling back to the kernel's TCP/IP", "link", ec.Kind, "device", ec.Params.Device, "err", err)
+	slog.Warn(fmt.Sprintf("polarnet: %s=%s on device %q failed, so dials and listens use the kernel's TCP/IP (%s=fail makes this an error): %v",
+		EnvLink, ec.Kind, ec.Params.Device, EnvFallback, err), "link", ec.Kind, "device", ec.Params.Device, "err", err)
 	return nil, nil
 }
 

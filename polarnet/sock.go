@@ -121,7 +121,7 @@ func (s *sock) Close() error {
 // SetDeadline sets the read and write deadlines; the zero time removes them.
 func (s *sock) SetDeadline(t time.Time) error {
 	if s.isClosed() {
-		return s.opErr("set", net.ErrClosed)
+		return s.closedLocal()
 	}
 	s.readDeadline.set(t)
 	s.writeDeadline.set(t)
@@ -131,7 +131,7 @@ func (s *sock) SetDeadline(t time.Time) error {
 // SetReadDeadline sets the deadline for reads, current and future.
 func (s *sock) SetReadDeadline(t time.Time) error {
 	if s.isClosed() {
-		return s.opErr("set", net.ErrClosed)
+		return s.closedLocal()
 	}
 	s.readDeadline.set(t)
 	return nil
@@ -140,10 +140,17 @@ func (s *sock) SetReadDeadline(t time.Time) error {
 // SetWriteDeadline sets the deadline for writes, current and future.
 func (s *sock) SetWriteDeadline(t time.Time) error {
 	if s.isClosed() {
-		return s.opErr("set", net.ErrClosed)
+		return s.closedLocal()
 	}
 	s.writeDeadline.set(t)
 	return nil
+}
+
+// closedLocal is what the deadline and buffer setters of a closed socket
+// return: net names the local address alone there, where the TCP options'
+// setters name both ends.
+func (s *sock) closedLocal() error {
+	return opError("set", s.network, nil, s.laddr, net.ErrClosed)
 }
 
 // SetReadBuffer sets the size of the receive buffer, within the stack's
@@ -151,6 +158,9 @@ func (s *sock) SetWriteDeadline(t time.Time) error {
 // within net.core.rmem_max: no application can take more memory than the
 // stack allows a connection.
 func (s *sock) SetReadBuffer(bytes int) error {
+	if s.isClosed() {
+		return s.closedLocal()
+	}
 	return s.setOpt(func(o *tcpip.SocketOptions) {
 		lo, hi := o.ReceiveBufferLimits()
 		o.SetReceiveBufferSize(min(max(int64(bytes), lo), hi), true)
@@ -160,6 +170,9 @@ func (s *sock) SetReadBuffer(bytes int) error {
 // SetWriteBuffer sets the size of the send buffer, within the stack's range
 // (Config.TCP.SendBuffer for TCP), as SetReadBuffer does.
 func (s *sock) SetWriteBuffer(bytes int) error {
+	if s.isClosed() {
+		return s.closedLocal()
+	}
 	return s.setOpt(func(o *tcpip.SocketOptions) {
 		lo, hi := o.SendBufferLimits()
 		o.SetSendBufferSize(min(max(int64(bytes), lo), hi), true)

@@ -22,6 +22,8 @@ type Stack struct {
 	shards  []*shard
 	steerer Steerer // nil: the link's spread is unknown, PortSteering applies
 	conns   atomic.Int64
+	// kernelDials and kernelAccepts: see Stats.
+	kernelDials, kernelAccepts atomic.Uint64
 	// ownOrBroadcast: see the function of that name.
 	ownOrBroadcast []netip.Addr
 

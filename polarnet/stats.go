@@ -10,6 +10,12 @@ type Stats struct {
 	// nil unless it implements LinkStatser (see metrics.go).
 	LinkName string
 	Link     []QueueStats
+	// Conns is the number of the stack's open TCP conns. KernelDials and
+	// KernelAccepts count the conns that the kernel interop policy gave to
+	// Go's net instead (see Stack.CountKernelConn) since New: dials, and
+	// accepts of the kernel's part of wildcard listens.
+	Conns                      int64
+	KernelDials, KernelAccepts uint64
 }
 
 // ShardStats are one shard's link-level counters.
@@ -116,6 +122,8 @@ func (s *Stack) Stats() Stats {
 		st.Total.add(ss)
 	}
 	s.addMetrics(&st)
+	st.Conns = s.conns.Load()
+	st.KernelDials, st.KernelAccepts = s.kernelDials.Load(), s.kernelAccepts.Load()
 	return st
 }
 

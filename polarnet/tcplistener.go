@@ -146,10 +146,11 @@ func (l *TCPListener) closeEndpoints() {
 	l.eps = nil
 }
 
-// SetDeadline sets the deadline for Accept; the zero time removes it.
+// SetDeadline sets the deadline for Accept; the zero time removes it. After
+// Close it returns net.ErrClosed itself, as *net.TCPListener does.
 func (l *TCPListener) SetDeadline(t time.Time) error {
 	if isClosed(l.closed) {
-		return opError("set", l.network, nil, l.addr, net.ErrClosed)
+		return net.ErrClosed
 	}
 	l.deadline.set(t)
 	return nil

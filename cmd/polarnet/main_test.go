@@ -21,8 +21,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/cmd/polarnet/internal/doctor"
+	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/metrics/prom"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -290,4 +292,26 @@ func TestBenchRunsCompare(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "/x/rb", bin)
 	assert.Equal(t, []string{"-out", "r/"}, rest)
+}
+
+// TestDoctorEnvReportsABusyTAP: a second program given a single-queue TAP
+// that another one holds would run on the kernel with one log line; doctor
+// env names the link, the device and why.
+func TestDoctorEnvReportsABusyTAP(t *testing.T) {
+	testenv.RequirePriv(t)
+	dev := netns.UniqueName("pnt")
+	held, err := tap.New(tap.Config{Name: dev})
+	require.NoError(t, err)
+	defer held.Close()
+	vars := map[string]string{"POLARNET_LINK": "tap", "POLARNET_DEVICE": dev, "POLARNET_ADDR": "198.19.40.2/24"}
+	var out, errb bytes.Buffer
+	code := runDoctor([]string{"env"}, &out, &errb, func(probe bool) *doctor.Env {
+		e := doctor.HostEnv(probe)
+		e.Getenv = func(k string) string { return vars[k] }
+		return e
+	})
+	t.Log(out.String() + errb.String())
+	assert.Equal(t, 0, code, "under POLARNET_FALLBACK=kernel programs still run")
+	assert.Contains(t, out.String(), fmt.Sprintf(`warn  stack            link tap on device %q: `, dev))
+	assert.Contains(t, out.String(), "another file descriptor holds its only queue")
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -73,6 +74,14 @@ func Resolve(ctx context.Context, r *net.Resolver, n Network, address string, em
 		return nil, &net.AddrError{Err: "no suitable address found", Addr: host}
 	}
 	return out, nil
+}
+
+// IsLocalhost reports whether address ("host:port") names the host
+// localhost, which Go's net resolves from /etc/hosts to the loopback
+// addresses: a name no stack's DNS server should be asked about.
+func IsLocalhost(address string) bool {
+	host, _, err := net.SplitHostPort(address)
+	return err == nil && strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")
 }
 
 func lookupPort(ctx context.Context, r *net.Resolver, proto, s string) (uint16, error) {

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/polarnet/polarnet/polarnet"
 )
 
 // Links are the link kinds doctor knows, in the order "all" checks them.
@@ -133,6 +135,11 @@ type Env struct {
 	Iface func(name string) (IfaceInfo, error)
 	// RDMADevices lists RDMA devices (rdmamap.GetRdmaDeviceList on a host).
 	RDMADevices func() []string
+	// Getenv reads the POLARNET_* variables; nil: none is set.
+	Getenv func(string) string
+	// StartStack builds a stack from variables (polarnet.NewFromEnv on a
+	// host); nil skips starting one.
+	StartStack func(getenv func(string) string) (*polarnet.Stack, error)
 }
 
 func (e *Env) path(p string) string {
@@ -161,7 +168,7 @@ type Options struct {
 }
 
 // Run checks the given link ("all" for every one) and returns a report per
-// link.
+// link; "env" checks the POLARNET_* variables instead.
 func Run(env *Env, link string, opt Options) ([]Report, error) {
 	var links []string
 	switch link {
@@ -169,8 +176,12 @@ func Run(env *Env, link string, opt Options) ([]Report, error) {
 		links = Links
 	case "tap", "afxdp", "dpdk", "rdma":
 		links = []string{link}
+	case "env":
+		r := Report{Link: "env"}
+		checkEnvironment(env, &r)
+		return []Report{r}, nil
 	default:
-		return nil, fmt.Errorf("doctor: unknown link %q (tap, afxdp, dpdk, rdma or all)", link)
+		return nil, fmt.Errorf("doctor: unknown link %q (tap, afxdp, dpdk, rdma, all or env)", link)
 	}
 	var out []Report
 	for _, l := range links {

@@ -14,7 +14,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	// Registers the AF_XDP link for the env check; tap is imported above.
+	_ "github.com/polarnet/polarnet/link/afxdp"
 	"github.com/polarnet/polarnet/link/tap"
+	"github.com/polarnet/polarnet/polarnet"
 )
 
 type devStat struct {
@@ -53,10 +56,12 @@ func HostEnv(probe bool) *Env {
 		},
 		Iface:       ifaceInfo,
 		RDMADevices: rdmamap.GetRdmaDeviceList,
+		Getenv:      os.Getenv,
 	}
 	if probe {
 		e.ProbeTAP = probeTAP
 		e.ProbeXDP = probeXDP
+		e.StartStack = polarnet.NewFromEnv
 	}
 	return e
 }

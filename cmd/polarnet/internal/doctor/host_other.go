@@ -21,4 +21,4 @@ func statDev(path string, st *devStat) error {
 
 // HostEnv is the Env of this host: polarnet's links need Linux, so only
 // the file checks run, and they fail.
-func HostEnv(bool) *Env { return &Env{Euid: os.Geteuid()} }
+func HostEnv(bool) *Env { return &Env{Euid: os.Geteuid(), Getenv: os.Getenv} }
