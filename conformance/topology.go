@@ -8,6 +8,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
 	"github.com/polarnet/polarnet/link/impair"
 	"github.com/polarnet/polarnet/polarnet"
@@ -142,7 +143,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 	impaired := spec.Impair != (impair.Config{})
 	offloads := !spec.WireFrames && !impaired
 	tp := &Topology{Dir: dir, NearMTU: mtu, FarMTU: farMTU, Capture: capture.NewBuffer(capture.BufferConfig{Snaplen: captureSnaplen, Limit: captureLimit})}
-	wrap := func(l polarnet.Link) polarnet.Link {
+	wrap := func(l link.Link) link.Link {
 		if impaired {
 			tp.Impair = impair.New(l, spec.Impair)
 			l = tp.Impair
@@ -150,7 +151,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 		return capture.New(l, tp.Capture)
 	}
 	nearAddrs, farAddrs := taptopo.StackPrefixes(mtu), taptopo.KernelPrefixes(farMTU)
-	newStack := func(link polarnet.Link, addrs []netip.Prefix) (*stackHost, error) {
+	newStack := func(link link.Link, addrs []netip.Prefix) (*stackHost, error) {
 		cfg := polarnet.Config{Link: link, Addrs: addrs}
 		if spec.Stack != nil {
 			spec.Stack(&cfg)

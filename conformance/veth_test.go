@@ -14,14 +14,14 @@ import (
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/testenv"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // vethKindCase says what to expect of a kind on newHostVeth's wire.
 type vethKindCase struct {
 	name string
 	// caps are the capabilities its links report for AttachOptions.Offloads.
-	caps func(offloads bool) polarnet.Capabilities
+	caps func(offloads bool) link.Capabilities
 	// fail makes the link's constructor fail after the wire exists, with an
 	// error matching failErr (errors.Is) if set, containing failMsg if set.
 	fail    AttachOptions

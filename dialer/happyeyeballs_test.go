@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -21,7 +22,7 @@ import (
 // and a TCP listener on the server's IPv4 address only.
 func dualStackPair(t *testing.T) (client *polarnet.Stack, v4, v6Refused, v6Silent netip.AddrPort) {
 	la, lb := linktest.Pipe(linktest.PipeConfig{})
-	newStack := func(l polarnet.Link, addrs ...string) *polarnet.Stack {
+	newStack := func(l link.Link, addrs ...string) *polarnet.Stack {
 		var ps []netip.Prefix
 		for _, a := range addrs {
 			ps = append(ps, netip.MustParsePrefix(a))

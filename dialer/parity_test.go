@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/dialer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
@@ -41,7 +42,7 @@ func worlds(t *testing.T) []world {
 	}
 }
 
-func newStack(t *testing.T, l polarnet.Link, addr string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, addr string) *polarnet.Stack {
 	s, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })

@@ -116,7 +116,7 @@ var (
 	LogsSupp = counter("polarnet_log_suppressed_total", "Log records the per-event rate limits suppressed.")
 )
 
-// The link's metric families, from links that implement polarnet.LinkStatser.
+// The link's metric families, from links that implement link.Statser.
 var (
 	LinkRxFrames = &Desc{Name: "polarnet_link_rx_frames_total", Type: Counter, Help: "Frames the link (or the device under it) received, as it counts them.", Labels: linkLabels}
 	LinkRxBytes  = &Desc{Name: "polarnet_link_rx_bytes_total", Type: Counter, Help: "Bytes the link received, as it counts them.", Labels: linkLabels}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -208,9 +209,9 @@ func TestBadFramesAreDroppedAndCounted(t *testing.T) {
 	s := newStack(t, la, addrA, addrA6, func(c *polarnet.Config) { c.MTU = 1500 })
 	q := raw.Queues()[0]
 	send := func(frames ...[]byte) {
-		tx := make([]polarnet.TxFrame, len(frames))
+		tx := make([]link.TxFrame, len(frames))
 		for i, f := range frames {
-			tx[i] = polarnet.TxFrame{Segs: [][]byte{f}}
+			tx[i] = link.TxFrame{Segs: [][]byte{f}}
 		}
 		n, err := q.WriteBurst(tx)
 		require.NoError(t, err)
@@ -292,7 +293,7 @@ func TestBadFramesAreDroppedAndCounted(t *testing.T) {
 func TestCloseLeavesNothingBehind(t *testing.T) {
 	snap := leakcheck.Take()
 	la, lb := linktest.Pipe(linktest.PipeConfig{})
-	cfg := func(l polarnet.Link, p netip.Prefix) polarnet.Config {
+	cfg := func(l link.Link, p netip.Prefix) polarnet.Config {
 		return polarnet.Config{Link: l, Addrs: []netip.Prefix{p}}
 	}
 	a, err := polarnet.New(cfg(la, addrA))

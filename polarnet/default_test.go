@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -33,7 +34,7 @@ func TestParseEnv(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, "tap", ec.Kind)
-	assert.Equal(t, polarnet.LinkParams{Device: "tap0", Queues: 2, MTU: 9000, Options: map[string]string{"offloads": "off", "x": "y"}}, ec.Params)
+	assert.Equal(t, link.Params{Device: "tap0", Queues: 2, MTU: 9000, Options: map[string]string{"offloads": "off", "x": "y"}}, ec.Params)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.0.2/24"), netip.MustParsePrefix("fd00::2/64")}, ec.Config.Addrs)
 	assert.Equal(t, netip.MustParseAddr("198.18.0.1"), ec.Config.Gateway4)
 	assert.Equal(t, netip.MustParseAddr("fd00::1"), ec.Config.Gateway6)
@@ -55,26 +56,26 @@ func TestParseEnv(t *testing.T) {
 }
 
 func TestOpenLinkRegistry(t *testing.T) {
-	_, err := polarnet.OpenLink("no-such-link", polarnet.LinkParams{})
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	_, err := link.Open("no-such-link", link.Params{})
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	assert.ErrorContains(t, err, "no-such-link")
 
-	var got polarnet.LinkParams
-	polarnet.RegisterLink("test-pipe", func(p polarnet.LinkParams) (polarnet.Link, error) {
+	var got link.Params
+	link.Register("test-pipe", func(p link.Params) (link.Link, error) {
 		got = p
 		a, _ := linktest.Pipe(linktest.PipeConfig{MTU: p.MTU})
 		return a, nil
 	})
-	l, err := polarnet.OpenLink("test-pipe", polarnet.LinkParams{MTU: 9000})
+	l, err := link.Open("test-pipe", link.Params{MTU: 9000})
 	require.NoError(t, err)
 	defer l.Close()
 	assert.Equal(t, 9000, got.MTU)
 	assert.Equal(t, 9000, l.Info().MTU)
 
-	polarnet.RegisterLink("test-broken", func(polarnet.LinkParams) (polarnet.Link, error) {
+	link.Register("test-broken", func(link.Params) (link.Link, error) {
 		return nil, errors.New("no such device")
 	})
-	_, err = polarnet.OpenLink("test-broken", polarnet.LinkParams{})
+	_, err = link.Open("test-broken", link.Params{})
 	assert.ErrorContains(t, err, "no such device")
 }
 

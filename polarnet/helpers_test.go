@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -28,7 +29,7 @@ func newPair(t testing.TB, pipe linktest.PipeConfig, tweak ...func(*polarnet.Con
 	return a, b
 }
 
-func newStack(t testing.TB, l polarnet.Link, v4, v6 netip.Prefix, tweak ...func(*polarnet.Config)) *polarnet.Stack {
+func newStack(t testing.TB, l link.Link, v4, v6 netip.Prefix, tweak ...func(*polarnet.Config)) *polarnet.Stack {
 	t.Helper()
 	cfg := polarnet.Config{Link: l, Addrs: []netip.Prefix{v4, v6}}
 	for _, f := range tweak {

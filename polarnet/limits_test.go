@@ -15,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -101,7 +102,7 @@ func TestMartianSourcesAreDropped(t *testing.T) {
 	}
 	martians := []string{"0.0.0.0", "127.0.0.1", "224.0.0.1", "255.255.255.255", "240.0.0.1", "198.18.0.255", addrA.Addr().String()}
 	for _, src := range append(martians, "198.18.0.9") {
-		n, err := q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{udp(src)}}})
+		n, err := q.WriteBurst([]link.TxFrame{{Segs: [][]byte{udp(src)}}})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	}

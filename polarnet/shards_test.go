@@ -15,6 +15,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -24,11 +25,11 @@ import (
 // rule is symmetric), unless one of them has its queues crossed, as below.
 
 // crossedQueues presents a link's queues in reverse order.
-type crossedQueues struct{ polarnet.Link }
+type crossedQueues struct{ link.Link }
 
-func (c crossedQueues) Queues() []polarnet.Queue {
+func (c crossedQueues) Queues() []link.Queue {
 	q := c.Link.Queues()
-	out := make([]polarnet.Queue, len(q))
+	out := make([]link.Queue, len(q))
 	for i := range q {
 		out[len(q)-1-i] = q[i]
 	}
@@ -204,6 +205,6 @@ func TestPinnedBusyPollers(t *testing.T) {
 	})
 	c, s := connPair(t, a, b, addrB.Addr())
 	require.NoError(t, xfer.Exchange(c, s, 1<<20))
-	_, err := polarnet.New(polarnet.Config{Link: func() polarnet.Link { l, _ := linktest.Pipe(linktest.PipeConfig{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
+	_, err := polarnet.New(polarnet.Config{Link: func() link.Link { l, _ := linktest.Pipe(linktest.PipeConfig{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
 	assert.ErrorContains(t, err, "CPU 4096")
 }

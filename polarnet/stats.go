@@ -1,15 +1,19 @@
 package polarnet
 
-import "gvisor.dev/gvisor/pkg/tcpip"
+import (
+	"gvisor.dev/gvisor/pkg/tcpip"
+
+	"github.com/polarnet/polarnet/link"
+)
 
 // Stats are a stack's counters: per shard, and summed.
 type Stats struct {
 	Shards []ShardStats
 	Total  ShardStats
 	// LinkName is the link's name; Link holds the counters it keeps itself,
-	// nil unless it implements LinkStatser (see metrics.go).
+	// nil unless it implements link.Statser (see metrics.go).
 	LinkName string
-	Link     []QueueStats
+	Link     []link.QueueStats
 }
 
 // ShardStats are one shard's link-level counters.

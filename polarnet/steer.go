@@ -7,6 +7,8 @@ import (
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // Where a received frame goes when a stack has several shards.
@@ -140,7 +142,7 @@ func (st *Stack) flowOwner(localAddr tcpip.Address, local uint16, remoteAddr tcp
 			return q
 		}
 	}
-	return PortSteering(local, remote, len(st.shards))
+	return link.PortSteering(local, remote, len(st.shards))
 }
 
 // handoff is a frame on its way from the shard that received it to the

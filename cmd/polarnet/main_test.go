@@ -22,6 +22,7 @@ import (
 
 	"github.com/polarnet/polarnet/cmd/polarnet/internal/doctor"
 	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/metrics/prom"
 	"github.com/polarnet/polarnet/polarnet"
@@ -123,7 +124,7 @@ func TestDoctorExitCodeWithFakeEnv(t *testing.T) {
 // serves the client stack's metrics; it returns the URL.
 func startLoad(t *testing.T) string {
 	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
-	mk := func(l polarnet.Link, addr string) *polarnet.Stack {
+	mk := func(l link.Link, addr string) *polarnet.Stack {
 		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 		require.NoError(t, err)
 		t.Cleanup(func() { st.Close() })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -38,7 +39,7 @@ func ServerThenClient(t *testing.T, port uint16, serve func(addr string) error) 
 	return addr
 }
 
-func newStack(t *testing.T, l polarnet.Link, prefix string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, prefix string) *polarnet.Stack {
 	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(prefix)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })

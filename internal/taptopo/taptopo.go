@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -43,7 +44,7 @@ type Options struct {
 	KernelAddrs, StackAddrs []netip.Prefix
 	// Wrap, if set, decorates the TAP link before the stack takes it
 	// (impairment, capture); the stack owns what it returns.
-	Wrap func(polarnet.Link) polarnet.Link
+	Wrap func(link.Link) link.Link
 }
 
 // Topology is a built topology; everything is torn down by t.Cleanup.

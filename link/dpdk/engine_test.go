@@ -17,6 +17,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -181,7 +182,7 @@ func TestTransfersOverTap(t *testing.T) {
 func TestTransfersOverAFPacketTwoQueues(t *testing.T) {
 	e := newEngineTopo(t, Config{Queues: 2}, "qpairs=2,framecnt=4096")
 	require.Len(t, e.Link.Queues(), 2)
-	_, steers := e.Link.(polarnet.Steerer)
+	_, steers := e.Link.(link.Steerer)
 	require.False(t, steers)
 	for i := range 4 {
 		for dir, p := range e.pairs(t, i%2 == 1) {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestPacketSocketVeth runs the suite over a real device: a veth pair in a
@@ -21,7 +21,7 @@ func TestPacketSocketVeth(t *testing.T) {
 	testenv.RequirePriv(t)
 	for _, mtu := range []int{1500, 9000, 65535} {
 		t.Run(fmt.Sprint("MTU", mtu), func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				return vethPair(t, mtu)
 			})
 		})

@@ -1,5 +1,5 @@
 // Package linktest holds what link implementations share in their tests: the
-// suite every polarnet.Link must pass (TestLinkPair), an in-memory pipe link
+// suite every link.Link must pass (TestLinkPair), an in-memory pipe link
 // for tests and benchmarks that need no privileges (Pipe), and an AF_PACKET
 // link (PacketSocketLink) that plays the far end of a real device.
 package linktest
@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // ethHeaderLen is the length of an Ethernet header without VLAN tags: what
@@ -47,7 +47,7 @@ type PipeConfig struct {
 // queue of one end is received on the same queue of the other end, unchanged.
 //
 // Each frame is copied twice, both unavoidable for memory links under the
-// polarnet.Link contract: WriteBurst gathers it into a buffer of the pipe
+// link.Link contract: WriteBurst gathers it into a buffer of the pipe
 // (the engine's segments are only lent for the call), ReadBurst copies that
 // into the engine's buffer. The reader hands buffers back to the writer, so
 // a pipe allocates a buffer (MTU+14 bytes) only when more frames are in
@@ -76,7 +76,7 @@ func Pipe(cfg PipeConfig) (a, b *PipeLink) {
 	return a, b
 }
 
-// pipeIDs numbers pipes so that their LinkInfo names differ in logs.
+// pipeIDs numbers pipes so that their link.Info names differ in logs.
 var pipeIDs atomic.Uint64
 
 func (cfg PipeConfig) withDefaults() PipeConfig {
@@ -104,39 +104,39 @@ func (cfg PipeConfig) withDefaults() PipeConfig {
 	return cfg
 }
 
-// PipeLink is one end of a Pipe. It implements polarnet.Link.
+// PipeLink is one end of a Pipe. It implements link.Link.
 type PipeLink struct {
-	info   polarnet.LinkInfo
-	queues []polarnet.Queue
+	info   link.Info
+	queues []link.Queue
 
 	closeOnce sync.Once
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close, wakes every WaitRead
 }
 
-var _ polarnet.Link = (*PipeLink)(nil)
+var _ link.Link = (*PipeLink)(nil)
 
 func newPipeLink(name string, mac net.HardwareAddr, cfg PipeConfig) *PipeLink {
 	return &PipeLink{
-		info: polarnet.LinkInfo{
+		info: link.Info{
 			Name:        name,
 			MAC:         append(net.HardwareAddr(nil), mac...),
 			MTU:         cfg.MTU,
 			RxFrameSize: cfg.MTU + ethHeaderLen,
-			Caps:        polarnet.CapRXChecksum | polarnet.CapTXChecksum,
+			Caps:        link.CapRXChecksum | link.CapTXChecksum,
 		},
-		queues: make([]polarnet.Queue, cfg.Queues),
+		queues: make([]link.Queue, cfg.Queues),
 		done:   make(chan struct{}),
 	}
 }
 
-// Info implements polarnet.Link.
-func (l *PipeLink) Info() polarnet.LinkInfo { return l.info }
+// Info implements link.Link.
+func (l *PipeLink) Info() link.Info { return l.info }
 
-// Queues implements polarnet.Link.
-func (l *PipeLink) Queues() []polarnet.Queue { return l.queues }
+// Queues implements link.Link.
+func (l *PipeLink) Queues() []link.Queue { return l.queues }
 
-// Close implements polarnet.Link. Frames the other end writes afterwards are
+// Close implements link.Link. Frames the other end writes afterwards are
 // dropped, as on a wire with nobody at the far end; that end stays usable.
 // Closing again does nothing.
 func (l *PipeLink) Close() error {
@@ -156,18 +156,18 @@ type pipeQueue struct {
 	intr chan struct{} // one pending Interrupt
 }
 
-// ReadBurst implements polarnet.Queue.
-func (q *pipeQueue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+// ReadBurst implements link.Queue.
+func (q *pipeQueue) ReadBurst(frames []link.RxFrame) (int, error) {
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	return q.rx.read(frames), nil
 }
 
-// WriteBurst implements polarnet.Queue.
-func (q *pipeQueue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+// WriteBurst implements link.Queue.
+func (q *pipeQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	if q.tx.reader.closed.Load() {
 		return len(frames), nil
@@ -175,10 +175,10 @@ func (q *pipeQueue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 	return q.tx.write(frames)
 }
 
-// WaitRead implements polarnet.Queue.
+// WaitRead implements link.Queue.
 func (q *pipeQueue) WaitRead() error {
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	if !q.rx.empty() {
 		return nil
@@ -189,12 +189,12 @@ func (q *pipeQueue) WaitRead() error {
 	case <-q.link.done:
 	}
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	return nil
 }
 
-// Interrupt implements polarnet.Queue.
+// Interrupt implements link.Queue.
 func (q *pipeQueue) Interrupt() {
 	select {
 	case q.intr <- struct{}{}:
@@ -233,7 +233,7 @@ func (r *ring) empty() bool { return r.frames.len() == 0 }
 // write copies frames into buffers, reused from the reader or else newly
 // allocated, and queues them; it returns how many fit. A frame larger than
 // the frame size stops the burst with an error.
-func (r *ring) write(frames []polarnet.TxFrame) (int, error) {
+func (r *ring) write(frames []link.TxFrame) (int, error) {
 	n := min(r.frames.space(), len(frames))
 	reuse := r.free.len()
 	var err error
@@ -266,7 +266,7 @@ func (r *ring) write(frames []polarnet.TxFrame) (int, error) {
 
 // read copies up to len(frames) frames into the engine's buffers and hands
 // their buffers back to the writer.
-func (r *ring) read(frames []polarnet.RxFrame) int {
+func (r *ring) read(frames []link.RxFrame) int {
 	n := min(r.frames.len(), len(frames))
 	for i := range n {
 		buf := r.frames.at(i)

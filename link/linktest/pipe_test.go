@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 func TestPipeSuite(t *testing.T) {
@@ -25,7 +25,7 @@ func TestPipeSuite(t *testing.T) {
 		{"Ring7", linktest.PipeConfig{RingSize: 7}}, // bursts fit in pieces; not a power of two
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(*testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(*testing.T) (link.Link, link.Link) {
 				return linktest.Pipe(tc.cfg)
 			})
 		})
@@ -35,10 +35,10 @@ func TestPipeSuite(t *testing.T) {
 func TestPipeDefaults(t *testing.T) {
 	a, b := linktest.Pipe(linktest.PipeConfig{})
 	ia, ib := a.Info(), b.Info()
-	for _, info := range []polarnet.LinkInfo{ia, ib} {
+	for _, info := range []link.Info{ia, ib} {
 		assert.Equal(t, 1500, info.MTU)
 		assert.Equal(t, 1514, info.RxFrameSize)
-		assert.Equal(t, polarnet.CapRXChecksum|polarnet.CapTXChecksum, info.Caps)
+		assert.Equal(t, link.CapRXChecksum|link.CapTXChecksum, info.Caps)
 		if assert.Len(t, info.MAC, 6) {
 			assert.Equal(t, byte(0x02), info.MAC[0]&0x03, "locally administered unicast")
 		}
@@ -71,7 +71,7 @@ func TestPipeQueues(t *testing.T) {
 	a, b := linktest.Pipe(linktest.PipeConfig{Queues: 2})
 	qa, qb := a.Queues(), b.Queues()
 	for i := range qa {
-		n, err := qa[i].WriteBurst([]polarnet.TxFrame{txFrame(60+i, byte(i))})
+		n, err := qa[i].WriteBurst([]link.TxFrame{txFrame(60+i, byte(i))})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	}
@@ -89,7 +89,7 @@ func TestPipeQueues(t *testing.T) {
 func TestPipeRingFull(t *testing.T) {
 	a, b := linktest.Pipe(linktest.PipeConfig{RingSize: 4})
 	qa, qb := a.Queues()[0], b.Queues()[0]
-	burst := []polarnet.TxFrame{txFrame(60, 0), txFrame(61, 1), txFrame(62, 2), txFrame(63, 3), txFrame(64, 4), txFrame(65, 5)}
+	burst := []link.TxFrame{txFrame(60, 0), txFrame(61, 1), txFrame(62, 2), txFrame(63, 3), txFrame(64, 4), txFrame(65, 5)}
 
 	n, err := qa.WriteBurst(burst)
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestPipeRingFull(t *testing.T) {
 
 func TestPipeOversizedFrame(t *testing.T) {
 	a, _ := linktest.Pipe(linktest.PipeConfig{MTU: 100})
-	n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{txFrame(114, 0), txFrame(115, 0)})
+	n, err := a.Queues()[0].WriteBurst([]link.TxFrame{txFrame(114, 0), txFrame(115, 0)})
 	assert.Error(t, err)
 	assert.Equal(t, 1, n, "frames before the oversized one are accepted")
 }
@@ -124,7 +124,7 @@ func TestPipePeerClosed(t *testing.T) {
 	a, b := linktest.Pipe(linktest.PipeConfig{RingSize: 1})
 	require.NoError(t, b.Close())
 	for range 3 {
-		n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{txFrame(60, 0)})
+		n, err := a.Queues()[0].WriteBurst([]link.TxFrame{txFrame(60, 0)})
 		require.NoError(t, err, "the other end's Close does not close this one")
 		assert.Equal(t, 1, n, "frames to a closed end are dropped, not refused")
 	}
@@ -136,7 +136,7 @@ func TestPipePeerClosed(t *testing.T) {
 func TestPipeNoAllocs(t *testing.T) {
 	a, b := linktest.Pipe(linktest.PipeConfig{MTU: 65535})
 	qa, qb := a.Queues()[0], b.Queues()[0]
-	tx := make([]polarnet.TxFrame, 32)
+	tx := make([]link.TxFrame, 32)
 	for i := range tx {
 		tx[i] = txFrame(60+i*2000, byte(i))
 	}
@@ -157,7 +157,7 @@ func BenchmarkPipe(b *testing.B) {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			x, y := linktest.Pipe(linktest.PipeConfig{MTU: 65535})
 			qx, qy := x.Queues()[0], y.Queues()[0]
-			tx := make([]polarnet.TxFrame, 32)
+			tx := make([]link.TxFrame, 32)
 			for i := range tx {
 				tx[i] = txFrame(size, byte(i))
 			}
@@ -177,16 +177,16 @@ func BenchmarkPipe(b *testing.B) {
 }
 
 // txFrame returns a frame of size bytes filled with fill, in two segments.
-func txFrame(size int, fill byte) polarnet.TxFrame {
+func txFrame(size int, fill byte) link.TxFrame {
 	f := make([]byte, size)
 	for i := range f {
 		f[i] = fill
 	}
-	return polarnet.TxFrame{Segs: [][]byte{f[:14], f[14:]}}
+	return link.TxFrame{Segs: [][]byte{f[:14], f[14:]}}
 }
 
-func rxFrames(n, size int) []polarnet.RxFrame {
-	frames := make([]polarnet.RxFrame, n)
+func rxFrames(n, size int) []link.RxFrame {
+	frames := make([]link.RxFrame, n)
 	for i := range frames {
 		frames[i].Buf = make([]byte, size)
 	}

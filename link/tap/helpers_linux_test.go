@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // openTAP opens a link on a uniquely named device and closes it at cleanup.
@@ -92,12 +92,12 @@ func sendUDP(t *testing.T, ns *netns.NS, srcPort int, dst netip.AddrPort, payloa
 
 // receive reads frames from q, giving each to accept, until accept returns
 // true or timeout passes (then the test fails).
-func receive(t *testing.T, q polarnet.Queue, frameSize int, timeout time.Duration, accept func(frame []byte, checksumValid bool) (done bool)) {
+func receive(t *testing.T, q link.Queue, frameSize int, timeout time.Duration, accept func(frame []byte, checksumValid bool) (done bool)) {
 	t.Helper()
 	timer := time.AfterFunc(timeout, q.Interrupt)
 	defer timer.Stop()
 	deadline := time.Now().Add(timeout)
-	frames := make([]polarnet.RxFrame, 8)
+	frames := make([]link.RxFrame, 8)
 	for i := range frames {
 		frames[i].Buf = make([]byte, frameSize)
 	}

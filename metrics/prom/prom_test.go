@@ -17,12 +17,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/metrics/prom"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
-func newStack(t *testing.T, l polarnet.Link, addr string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, addr string) *polarnet.Stack {
 	t.Helper()
 	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 	require.NoError(t, err)
@@ -329,7 +330,7 @@ func TestScrapeCountsExactly(t *testing.T) {
 
 	// One malformed frame (shorter than an Ethernet header) into c.
 	third, _ := scrape(t, srv.URL)
-	w, err := raw.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}})
+	w, err := raw.Queues()[0].WriteBurst([]link.TxFrame{{Segs: [][]byte{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}})
 	require.NoError(t, err)
 	require.Equal(t, 1, w)
 	require.Eventually(t, func() bool { return c.Stats().Total.RxBadFrame == 1 }, 5*time.Second, time.Millisecond)
