@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
+	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -193,10 +194,10 @@ func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 		buf := f.Buf[:length:cap(f.Buf)]
 		f.Len = length
 		f.ChecksumValid = false
-		switch res, field, complete := checkRX(buf); res {
-		case rxChecksumGood:
+		switch res, field, complete := frame.CheckRX(buf); res {
+		case frame.RxGood:
 			f.ChecksumValid = q.rxMark
-		case rxChecksumPartial:
+		case frame.RxPartial:
 			if !q.rxPartial {
 				q.stats.rxChecksumBad.Add(1)
 				break
@@ -207,7 +208,7 @@ func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 			} else {
 				binary.BigEndian.PutUint16(buf[field:], complete)
 			}
-		case rxChecksumBad:
+		case frame.RxBad:
 			q.stats.rxChecksumBad.Add(1)
 		}
 		out++

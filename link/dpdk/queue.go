@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
+	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -292,18 +293,18 @@ func (q *queue) copyOut(frames []link.RxFrame) int {
 
 // checksumValid decides RxFrame.ChecksumValid for a frame whose PMD
 // reported l4 (0 unknown, 1 good, 2 bad, 3 none).
-func (q *queue) checksumValid(frame []byte, l4 uint8) bool {
+func (q *queue) checksumValid(f []byte, l4 uint8) bool {
 	switch q.plan.rxChecksum {
 	case rxChecksumTrusted:
 		return true
 	case rxChecksumPMD:
 		return l4 == 1
 	case rxChecksumLink:
-		valid, partial := checkL4(frame)
-		if partial {
+		res, _, _ := frame.CheckRX(f)
+		if res == frame.RxPartial {
 			q.stats.rxPartial.Add(1)
 		}
-		return valid
+		return res == frame.RxGood || res == frame.RxPartial
 	}
 	return false
 }
