@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/dialer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -158,7 +158,7 @@ func TestAPIDialerAndListenConfigFields(t *testing.T) {
 // Go's net, conns are *polarnet.TCPConn / *polarnet.UDPConn, and the
 // package-level Dialer and ListenConfig hand them out.
 func TestAPIDynamicTypes(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client := newStack(t, la, "198.18.0.1/24")
 	server := newStack(t, lb, "198.18.0.2/24")
 	d := dialer.Dialer{Stack: client, Timeout: 5 * time.Second}

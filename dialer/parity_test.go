@@ -18,7 +18,7 @@ import (
 
 	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -33,7 +33,7 @@ type world struct {
 }
 
 func worlds(t *testing.T) []world {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client := newStack(t, la, "198.18.0.1/24")
 	server := newStack(t, lb, "198.18.0.2/24")
 	return []world{

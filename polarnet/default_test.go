@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -63,7 +63,7 @@ func TestOpenLinkRegistry(t *testing.T) {
 	var got link.Params
 	link.Register("test-pipe", func(p link.Params) (link.Link, error) {
 		got = p
-		a, _ := linktest.Pipe(linktest.PipeConfig{MTU: p.MTU})
+		a, _ := pipe.New(pipe.Config{MTU: p.MTU})
 		return a, nil
 	})
 	l, err := link.Open("test-pipe", link.Params{MTU: 9000})
@@ -90,7 +90,7 @@ func TestConfigValidation(t *testing.T) {
 		"v6 as gateway4":  func(c *polarnet.Config) { c.Gateway4 = netip.MustParseAddr("fd00::1") },
 		"unknown polling": func(c *polarnet.Config) { c.Poll = 9 },
 	} {
-		la, _ := linktest.Pipe(linktest.PipeConfig{})
+		la, _ := pipe.New(pipe.Config{})
 		cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA}}
 		mutate(&cfg)
 		s, err := polarnet.New(cfg)

@@ -11,7 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -33,7 +33,7 @@ var (
 func fuzzSetup(t testing.TB) *fuzzTarget {
 	fuzzOnce.Do(func() {
 		// Two queues: a shard for live traffic, one fed raw bytes.
-		la, raw := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+		la, raw := pipe.New(pipe.Config{Queues: 2})
 		s, err := polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA, addrA6}})
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -21,9 +21,9 @@ var (
 
 // newPair returns two stacks joined by an in-memory pipe link; both are
 // closed when the test ends.
-func newPair(t testing.TB, pipe linktest.PipeConfig, tweak ...func(*polarnet.Config)) (a, b *polarnet.Stack) {
+func newPair(t testing.TB, pc pipe.Config, tweak ...func(*polarnet.Config)) (a, b *polarnet.Stack) {
 	t.Helper()
-	la, lb := linktest.Pipe(pipe)
+	la, lb := pipe.New(pc)
 	a = newStack(t, la, addrA, addrA6, tweak...)
 	b = newStack(t, lb, addrB, addrB6, tweak...)
 	return a, b

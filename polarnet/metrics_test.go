@@ -21,7 +21,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -74,7 +74,7 @@ type injector struct {
 
 // newInjector builds it; wrap, if set, wraps the stack's end of the pipe.
 func newInjector(t *testing.T, wrap func(link.Link) link.Link, tweak ...func(*polarnet.Config)) *injector {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	var l link.Link = la
 	if wrap != nil {
 		l = wrap(la)
@@ -256,7 +256,7 @@ func TestStatsBadChecksumCountsChecksumOnly(t *testing.T) {
 }
 
 func TestStatsTCPTrafficMovesEngineCounters(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	for range 4 {
 		c, s := connPair(t, a, b, addrB.Addr())
 		require.NoError(t, xfer.Exchange(c, s, 256<<10))
@@ -319,7 +319,7 @@ func (q *lossyQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 }
 
 func TestStatsLossCountsRetransmits(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	written := new(atomic.Uint64)
 	lossy := wrapQueues(la, func(q link.Queue) link.Queue { return &lossyQueue{Queue: q, every: 40, written: written} })
 	a := newStack(t, lossy, addrA, addrA6)
@@ -342,7 +342,7 @@ type statsLink struct {
 func (l statsLink) LinkStats() []link.QueueStats { return l.stats }
 
 func TestStatsReportsLinkCounters(t *testing.T) {
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
+	la, _ := pipe.New(pipe.Config{})
 	want := []link.QueueStats{{Queue: 0, RxRingFull: 3, RxNoBuffers: 2, PoolSize: 64, PoolFree: 60, PoolFreeMin: 10}}
 	st := newStack(t, statsLink{Link: la, stats: want}, addrA, addrA6)
 	assert.Equal(t, want, st.Stats().Link)
@@ -394,7 +394,7 @@ func (h *recordingHandler) messages() []string {
 
 func TestLogsRateLimitPollErrors(t *testing.T) {
 	h := &recordingHandler{}
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
+	la, _ := pipe.New(pipe.Config{})
 	failing := wrapQueues(la, func(q link.Queue) link.Queue { return failingQueue{q} })
 	st := newStack(t, failing, addrA, addrA6, func(c *polarnet.Config) {
 		c.Logger = slog.New(h)

@@ -16,7 +16,7 @@ import (
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -37,7 +37,7 @@ func (c crossedQueues) Queues() []link.Queue {
 }
 
 func TestShardsSoftwareSteering(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	la, lb := pipe.New(pipe.Config{Queues: 2})
 	a := newStack(t, la, addrA, addrA6)
 	b := newStack(t, crossedQueues{lb}, addrB, addrB6)
 	require.Len(t, a.Stats().Shards, 2)
@@ -63,7 +63,7 @@ func TestShardsSoftwareSteering(t *testing.T) {
 }
 
 func TestShardsSteeredPipeNeedsNoHandoff(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	for range 16 {
 		c, s := connPair(t, a, b, addrB.Addr())
 		require.NoError(t, xfer.Exchange(c, s, 64<<10))
@@ -74,7 +74,7 @@ func TestShardsSteeredPipeNeedsNoHandoff(t *testing.T) {
 }
 
 func TestShardsConcurrentConnections(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	ln, err := b.ListenTCP("tcp", netip.AddrPortFrom(addrB.Addr(), 0), 0, net.KeepAliveConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
@@ -148,7 +148,7 @@ func readAll(c net.Conn) (string, int, error) {
 }
 
 func TestShardsNetTestConn(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 		client, srv := connPair(t, a, b, addrB.Addr())
 		return client, srv, func() { client.Close(); srv.Close() }, nil
@@ -156,7 +156,7 @@ func TestShardsNetTestConn(t *testing.T) {
 }
 
 func TestShardsUDPAndPing(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	srv, err := b.ListenUDP("udp", netip.AddrPortFrom(addrB.Addr(), 0))
 	require.NoError(t, err)
 	defer srv.Close()
@@ -187,7 +187,7 @@ func TestShardsUDPAndPing(t *testing.T) {
 func TestShardsCloseLeavesNothingBehind(t *testing.T) {
 	snap := leakcheck.Take()
 	func() {
-		a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+		a, b := newPair(t, pipe.Config{Queues: 2})
 		for range 4 {
 			c, s := connPair(t, a, b, addrB.Addr())
 			require.NoError(t, xfer.Exchange(c, s, 64<<10))
@@ -199,12 +199,12 @@ func TestShardsCloseLeavesNothingBehind(t *testing.T) {
 }
 
 func TestPinnedBusyPollers(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2}, func(c *polarnet.Config) {
+	a, b := newPair(t, pipe.Config{Queues: 2}, func(c *polarnet.Config) {
 		c.Poll = polarnet.PollBusy
 		c.CPUs = []int{0}
 	})
 	c, s := connPair(t, a, b, addrB.Addr())
 	require.NoError(t, xfer.Exchange(c, s, 1<<20))
-	_, err := polarnet.New(polarnet.Config{Link: func() link.Link { l, _ := linktest.Pipe(linktest.PipeConfig{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
+	_, err := polarnet.New(polarnet.Config{Link: func() link.Link { l, _ := pipe.New(pipe.Config{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
 	assert.ErrorContains(t, err, "CPU 4096")
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -20,7 +20,7 @@ import (
 // test. A process has one default stack, hence the switch. It returns the
 // server's address.
 func ServerThenClient(t *testing.T, port uint16, serve func(addr string) error) netip.AddrPort {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client := newStack(t, la, "198.18.0.1/24")
 	server := newStack(t, lb, "198.18.0.2/24")
 	addr := netip.AddrPortFrom(netip.MustParseAddr("198.18.0.2"), port)

@@ -14,11 +14,12 @@ import (
 	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
 	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 )
 
 func TestSuite(t *testing.T) {
 	linktest.TestLinkPair(t, func(*testing.T) (link.Link, link.Link) {
-		a, b := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+		a, b := pipe.New(pipe.Config{Queues: 2})
 		return capture.New(a, capture.NewBuffer(capture.BufferConfig{Snaplen: 64})), b
 	})
 }
@@ -30,7 +31,7 @@ func testFrame(size int, fill byte) []byte {
 }
 
 func TestRecordsBothDirections(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	buf := capture.NewBuffer(capture.BufferConfig{Snaplen: 100, Limit: 3})
 	c := capture.New(a, buf)
 	defer c.Close()

@@ -14,6 +14,7 @@ import (
 	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/impair"
 	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 )
 
 func TestSuite(t *testing.T) {
@@ -28,7 +29,7 @@ func TestSuite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.TestLinkPair(t, func(*testing.T) (link.Link, link.Link) {
-				a, b := linktest.Pipe(linktest.PipeConfig{MTU: 9000})
+				a, b := pipe.New(pipe.Config{MTU: 9000})
 				return impair.New(a, tc.cfg), b
 			})
 		})
@@ -37,8 +38,8 @@ func TestSuite(t *testing.T) {
 
 func TestRelaySuite(t *testing.T) {
 	linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
-		a1, a2 := linktest.Pipe(linktest.PipeConfig{})
-		b1, b2 := linktest.Pipe(linktest.PipeConfig{})
+		a1, a2 := pipe.New(pipe.Config{})
+		b1, b2 := pipe.New(pipe.Config{})
 		r, err := impair.NewRelay(a2, impair.New(b1, impair.Symmetric(impair.Impairment{Delay: 100 * time.Microsecond}, 1)))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, r.Close()) })
@@ -118,7 +119,7 @@ func frames(n, size int) [][]byte {
 // run sends n frames through an impairment on the sending side (egress) or
 // the receiving side (ingress) and returns what arrived.
 func run(t *testing.T, cfg impair.Config, n int, ingress bool) ([]arrival, impair.Stats) {
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	var imp *impair.Link
 	var tx, rx link.Link = a, b
 	if ingress {
@@ -189,7 +190,7 @@ func TestCorruptionIsDetectable(t *testing.T) {
 	imp := impair.Impairment{Corrupt: 1}
 	for _, ingress := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ingress=%v", ingress), func(t *testing.T) {
-			a, b := linktest.Pipe(linktest.PipeConfig{})
+			a, b := pipe.New(pipe.Config{})
 			var tx, rx link.Link = a, b
 			if ingress {
 				rx = impair.New(b, impair.Config{Ingress: imp, Seed: 7})
@@ -229,7 +230,7 @@ func TestCorruptionIsDetectable(t *testing.T) {
 
 func TestDelayAndRate(t *testing.T) {
 	const delay = 20 * time.Millisecond
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	tx := impair.New(a, impair.Config{Egress: impair.Impairment{Delay: delay, Jitter: 5 * time.Millisecond, Rate: 8_000_000}})
 	defer tx.Close()
 	defer b.Close()
@@ -251,7 +252,7 @@ func TestDelayAndRate(t *testing.T) {
 
 func TestIngressDelayWakesWaitRead(t *testing.T) {
 	const delay = 30 * time.Millisecond
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	rx := impair.New(b, impair.Config{Ingress: impair.Impairment{Delay: delay}})
 	defer a.Close()
 	defer rx.Close()
@@ -277,7 +278,7 @@ func TestClampMSS(t *testing.T) {
 		Flags: frame.FlagSYN, Options: frame.MSSOption(1460),
 	})
 	for _, partial := range []bool{false, true} {
-		a, b := linktest.Pipe(linktest.PipeConfig{})
+		a, b := pipe.New(pipe.Config{})
 		tx := impair.New(a, impair.Config{Egress: impair.Impairment{ClampMSS: 1200}})
 		f := append([]byte(nil), syn...)
 		var off link.TxOffload
@@ -304,8 +305,8 @@ func TestClampMSS(t *testing.T) {
 }
 
 func TestRelayCompletesPartialChecksums(t *testing.T) {
-	a1, a2 := linktest.Pipe(linktest.PipeConfig{})
-	b1, b2 := linktest.Pipe(linktest.PipeConfig{MTU: 576})
+	a1, a2 := pipe.New(pipe.Config{})
+	b1, b2 := pipe.New(pipe.Config{MTU: 576})
 	r, err := impair.NewRelay(a2, b1)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, r.Close()) }()

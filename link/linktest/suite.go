@@ -1,3 +1,8 @@
+// Package linktest is the test kit for links: the suite every link.Link must
+// pass (TestLinkPair), an AF_PACKET link (PacketSocketLink) that plays the
+// far end of a real device, and CheckStub for builds without a cgo link.
+// It imports testing and testify, so only tests import it; the in-memory
+// link is package link/pipe.
 package linktest
 
 import (
@@ -17,6 +22,10 @@ import (
 
 	"github.com/polarnet/polarnet/link"
 )
+
+// ethHeaderLen is the length of an Ethernet header without VLAN tags: what
+// a frame carries on top of the MTU.
+const ethHeaderLen = 14
 
 // Suite frames carry, after the Ethernet header, a tag telling them from the
 // noise of real interfaces (IPv6 router solicitations, MLD reports) and from

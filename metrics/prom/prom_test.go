@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/link"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/metrics/prom"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -75,7 +75,7 @@ next:
 }
 
 func TestHandlerServesMetrics(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	la, lb := pipe.New(pipe.Config{Queues: 2})
 	a := newStack(t, la, "198.18.0.1/24")
 	b := newStack(t, lb, "198.18.0.2/24")
 	srv := httptest.NewServer(prom.Handler(a))
@@ -142,7 +142,7 @@ func TestHandlerServesMetrics(t *testing.T) {
 }
 
 func TestRegisterWithConstLabels(t *testing.T) {
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
+	la, _ := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, prom.Register(reg, a, prometheus.Labels{"stack": "a"}))
@@ -163,7 +163,7 @@ func TestRegisterWithConstLabels(t *testing.T) {
 // TestStacksHandler: two stacks of one process on one endpoint, each
 // series labelled with its stack and holding that stack's own counters.
 func TestStacksHandler(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	b := newStack(t, lb, "198.18.0.2/24")
 	srv := httptest.NewServer(prom.StacksHandler(map[string]*polarnet.Stack{"client": a, "server": b}))
@@ -263,10 +263,10 @@ func pollSeries(key string) bool {
 // malformed frame moves the bad-frame drop counter and the RX frame and
 // byte counters by one, and nothing else.
 func TestScrapeCountsExactly(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	b := newStack(t, lb, "198.18.0.2/24")
-	lc, raw := linktest.Pipe(linktest.PipeConfig{})
+	lc, raw := pipe.New(pipe.Config{})
 	c := newStack(t, lc, "198.18.0.3/24")
 	t.Cleanup(func() { raw.Close() })
 	srv := httptest.NewServer(prom.StacksHandler(map[string]*polarnet.Stack{"a": a, "b": b, "c": c}))

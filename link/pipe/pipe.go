@@ -1,8 +1,7 @@
-// Package linktest holds what link implementations share in their tests: the
-// suite every link.Link must pass (TestLinkPair), an in-memory pipe link
-// for tests and benchmarks that need no privileges (Pipe), and an AF_PACKET
-// link (PacketSocketLink) that plays the far end of a real device.
-package linktest
+// Package pipe is an in-memory link between two stacks in one process: no
+// device and no privileges. The quickstart, the examples and rpcbench run
+// over it, and tests and benchmarks of the engine use it.
+package pipe
 
 import (
 	"fmt"
@@ -13,20 +12,17 @@ import (
 
 	"golang.org/x/sys/cpu"
 
+	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/link"
 )
-
-// ethHeaderLen is the length of an Ethernet header without VLAN tags: what
-// a frame carries on top of the MTU.
-const ethHeaderLen = 14
 
 // maxPipeMTU is the largest MTU a pipe accepts: an IP packet's length field
 // is 16 bits, so larger packets could not be expressed anyway.
 const maxPipeMTU = 65535
 
-// PipeConfig configures Pipe. The zero value is a 1500-byte MTU pipe with one
+// Config configures New. The zero value is a 1500-byte MTU pipe with one
 // queue pair and 1024-frame rings.
-type PipeConfig struct {
+type Config struct {
 	// MTU is the largest IP packet carried (Ethernet header not included).
 	// Zero means 1500; at most 65535, which lets a 64 KiB TCP segment
 	// cross in one frame.
@@ -43,7 +39,7 @@ type PipeConfig struct {
 	MACA, MACB net.HardwareAddr
 }
 
-// Pipe returns the two ends of an in-memory link: every frame written to a
+// New returns the two ends of an in-memory link: every frame written to a
 // queue of one end is received on the same queue of the other end, unchanged.
 //
 // Each frame is copied twice, both unavoidable for memory links under the
@@ -60,14 +56,14 @@ type PipeConfig struct {
 // TxOffload.NeedsChecksum are never filled in (the receiver trusts the mark,
 // as with frames on a veth pair); observers of a pipe see partial checksums.
 //
-// Pipe panics if cfg has a negative field, an MTU above 65535 or a MAC that
-// is not 6 bytes long: configurations are written by tests, not users.
-func Pipe(cfg PipeConfig) (a, b *PipeLink) {
+// New panics if cfg has a negative field, an MTU above 65535 or a MAC that
+// is not 6 bytes long: configurations are written in code, not read from input.
+func New(cfg Config) (a, b *Link) {
 	cfg = cfg.withDefaults()
 	id := pipeIDs.Add(1)
 	a = newPipeLink(fmt.Sprintf("pipe%d-a", id), cfg.MACA, cfg)
 	b = newPipeLink(fmt.Sprintf("pipe%d-b", id), cfg.MACB, cfg)
-	frameSize := cfg.MTU + ethHeaderLen
+	frameSize := cfg.MTU + frame.EthLen
 	for i := range cfg.Queues {
 		toA, toB := newRing(cfg.RingSize, frameSize, a), newRing(cfg.RingSize, frameSize, b)
 		a.queues[i] = &pipeQueue{link: a, rx: toA, tx: toB, intr: make(chan struct{}, 1)}
@@ -79,9 +75,9 @@ func Pipe(cfg PipeConfig) (a, b *PipeLink) {
 // pipeIDs numbers pipes so that their link.Info names differ in logs.
 var pipeIDs atomic.Uint64
 
-func (cfg PipeConfig) withDefaults() PipeConfig {
+func (cfg Config) withDefaults() Config {
 	if cfg.MTU < 0 || cfg.MTU > maxPipeMTU || cfg.Queues < 0 || cfg.RingSize < 0 {
-		panic(fmt.Sprintf("linktest: invalid PipeConfig %+v", cfg))
+		panic(fmt.Sprintf("linktest: invalid Config %+v", cfg))
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
@@ -99,13 +95,13 @@ func (cfg PipeConfig) withDefaults() PipeConfig {
 		cfg.MACB = net.HardwareAddr{0x02, 0x70, 0x6e, 0, 0, 2}
 	}
 	if len(cfg.MACA) != 6 || len(cfg.MACB) != 6 {
-		panic(fmt.Sprintf("linktest: PipeConfig MACs must be 6 bytes: %v, %v", cfg.MACA, cfg.MACB))
+		panic(fmt.Sprintf("linktest: Config MACs must be 6 bytes: %v, %v", cfg.MACA, cfg.MACB))
 	}
 	return cfg
 }
 
-// PipeLink is one end of a Pipe. It implements link.Link.
-type PipeLink struct {
+// Link is one end of a pipe made by New. It implements link.Link.
+type Link struct {
 	info   link.Info
 	queues []link.Queue
 
@@ -114,15 +110,15 @@ type PipeLink struct {
 	done      chan struct{} // closed by Close, wakes every WaitRead
 }
 
-var _ link.Link = (*PipeLink)(nil)
+var _ link.Link = (*Link)(nil)
 
-func newPipeLink(name string, mac net.HardwareAddr, cfg PipeConfig) *PipeLink {
-	return &PipeLink{
+func newPipeLink(name string, mac net.HardwareAddr, cfg Config) *Link {
+	return &Link{
 		info: link.Info{
 			Name:        name,
 			MAC:         append(net.HardwareAddr(nil), mac...),
 			MTU:         cfg.MTU,
-			RxFrameSize: cfg.MTU + ethHeaderLen,
+			RxFrameSize: cfg.MTU + frame.EthLen,
 			Caps:        link.CapRXChecksum | link.CapTXChecksum,
 		},
 		queues: make([]link.Queue, cfg.Queues),
@@ -131,15 +127,15 @@ func newPipeLink(name string, mac net.HardwareAddr, cfg PipeConfig) *PipeLink {
 }
 
 // Info implements link.Link.
-func (l *PipeLink) Info() link.Info { return l.info }
+func (l *Link) Info() link.Info { return l.info }
 
 // Queues implements link.Link.
-func (l *PipeLink) Queues() []link.Queue { return l.queues }
+func (l *Link) Queues() []link.Queue { return l.queues }
 
 // Close implements link.Link. Frames the other end writes afterwards are
 // dropped, as on a wire with nobody at the far end; that end stays usable.
 // Closing again does nothing.
-func (l *PipeLink) Close() error {
+func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		close(l.done)
@@ -150,7 +146,7 @@ func (l *PipeLink) Close() error {
 // pipeQueue is queue pair i of one end: it reads its own ring and writes the
 // other end's ring i.
 type pipeQueue struct {
-	link *PipeLink
+	link *Link
 	rx   *ring
 	tx   *ring
 	intr chan struct{} // one pending Interrupt
@@ -215,10 +211,10 @@ type ring struct {
 	// non-empty, not one per frame, keeps channel operations off the
 	// per-frame path.
 	readable chan struct{}
-	reader   *PipeLink // the end that reads this ring
+	reader   *Link // the end that reads this ring
 }
 
-func newRing(size, frameSize int, reader *PipeLink) *ring {
+func newRing(size, frameSize int, reader *Link) *ring {
 	return &ring{
 		frames:    newSPSC[[]byte](size),
 		free:      newSPSC[[]byte](size),
