@@ -137,7 +137,7 @@ func TestRDMAKindLendPeer(t *testing.T) {
 	for round := range 2 {
 		ifi, err := rdmaCheckPeer(peer)
 		require.NoError(t, err, "round %d", round)
-		ns := netns.New(t)
+		ns := testenv.NewNS(t)
 		require.NoError(t, rdmaAcquire(peer))
 		a := &rdmaAttachment{dev: "pn-unused", peer: peer, ns: ns}
 		require.NoError(t, a.lendPeer(ifi, 9000, taptopo.KernelPrefixes(9000)))

@@ -11,7 +11,6 @@ import (
 	"strconv"
 
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -53,8 +52,10 @@ var modeOrder = []string{"k2k-veth", "k2k-loopback", "p2k-tap", "k2p-tap", "p2k-
 
 func modeNames() []string { return slices.Clone(modeOrder) }
 
-// Addresses (all in 198.18.0.0/15). The TAP modes use taptopo's.
+// Addresses (all in 198.18.0.0/15).
 var (
+	tapKernel  = netip.MustParsePrefix("198.18.0.1/24")
+	tapStack   = netip.MustParsePrefix("198.18.0.2/24")
 	vethServer = netip.MustParsePrefix("198.18.1.1/24")
 	vethClient = netip.MustParsePrefix("198.18.1.2/24")
 	pipeServer = netip.MustParsePrefix("198.18.2.1/24")
@@ -133,6 +134,15 @@ func (r *runCfg) echo() io.Writer {
 	return nil
 }
 
+// plugKernelSide moves TAP device dev into ns, the kernel's end, at
+// tapKernel with the given MTU.
+func plugKernelSide(ns *netns.NS, dev string, mtu int) error {
+	if err := ns.MoveLink(dev); err != nil {
+		return err
+	}
+	return ns.Configure(dev, mtu, tapKernel)
+}
+
 // newNS creates a namespace that td deletes, tuned for many short
 // connections (crr): the full ephemeral port range and TIME_WAIT reuse.
 func (r *runCfg) newNS(td *teardown) (*netns.NS, error) {
@@ -206,10 +216,10 @@ func setupP2K(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEn
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := taptopo.PlugKernelSide(ns, cli.hello.Dev, r.mode.MTU); err != nil {
+	if err := plugKernelSide(ns, cli.hello.Dev, r.mode.MTU); err != nil {
 		return nil, nil, err
 	}
-	srv, err := r.startServer(ctx, td, ns, netKernel, netip.AddrPortFrom(taptopo.Kernel4, 0).String())
+	srv, err := r.startServer(ctx, td, ns, netKernel, netip.AddrPortFrom(tapKernel.Addr(), 0).String())
 	return srv, cli, err
 }
 
@@ -218,11 +228,11 @@ func setupK2P(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEn
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := r.startServer(ctx, td, nil, netPolarnetTAP, netip.AddrPortFrom(taptopo.Stack4, 0).String())
+	srv, err := r.startServer(ctx, td, nil, netPolarnetTAP, netip.AddrPortFrom(tapStack.Addr(), 0).String())
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := taptopo.PlugKernelSide(ns, srv.hello.Dev, r.mode.MTU); err != nil {
+	if err := plugKernelSide(ns, srv.hello.Dev, r.mode.MTU); err != nil {
 		return nil, nil, err
 	}
 	cli, err := r.startClient(ctx, td, ns, netKernel, true)

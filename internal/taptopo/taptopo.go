@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
@@ -89,7 +90,7 @@ func Plug(ns *netns.NS, dev string, mtu int, addrs ...netip.Prefix) error {
 // New builds the topology, or skips/fails t as netns.New does without root.
 func New(t testing.TB, opt Options) *Topology {
 	t.Helper()
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnt"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: opt.DisableOffloads, DisableSteering: opt.DisableSteering})
 	require.NoError(t, err)
 	kernelAddrs, stackAddrs := opt.KernelAddrs, opt.StackAddrs

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -52,7 +52,7 @@ func TestErrors(t *testing.T) {
 	})
 	t.Run("native XDP not supported", func(t *testing.T) {
 		// A bridge has no native XDP.
-		ns := netns.New(t)
+		ns := testenv.NewNS(t)
 		_, err := ns.Exec("ip", "link", "add", "pnxbr0", "type", "bridge")
 		require.NoError(t, err)
 		_, err = ns.Exec("ip", "link", "set", "pnxbr0", "up")

@@ -190,7 +190,7 @@ func TestIsolateUnsupported(t *testing.T) {
 // link fails clearly). Where it works, the rules are created and listed.
 func TestIsolateTap(t *testing.T) {
 	requireEAL(t)
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	iface := netns.UniqueName("pndi")
 	var l Link
 	err := ns.Do(func() (err error) {

@@ -30,9 +30,9 @@ func TestPacketSocketVeth(t *testing.T) {
 
 // vethPair opens a PacketSocketLink on each end of a new veth pair.
 func vethPair(t *testing.T, mtu int) (a, b *linktest.PacketSocketLink) {
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	x, y := netns.UniqueName("pnl"), netns.UniqueName("pnl")
-	netns.Veth(t, x, y)
+	testenv.Veth(t, x, y)
 	for _, name := range []string{x, y} {
 		require.NoError(t, ns.MoveLink(name))
 		_, err := ns.Exec("ip", "link", "set", "dev", name, "mtu", strconv.Itoa(mtu))

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/kpeer"
-	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
@@ -154,7 +153,7 @@ func TestHardware(t *testing.T) {
 	t.Logf("running on %v", port)
 	require.True(t, port.RawPacket(), "%v: the driver is not known to offer raw packet QPs", port)
 
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	require.NoError(t, ns.MoveLink(peerDev))
 	require.NoError(t, ns.Configure(peerDev, port.MTU, hwPeer))
 

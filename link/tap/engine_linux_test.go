@@ -16,6 +16,7 @@ import (
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -79,7 +80,7 @@ func TestHTTPOverTAP(t *testing.T) {
 // move dialer.Dial from the kernel onto a polarnet stack on a TAP device, and a
 // link that cannot open falls back to the kernel or fails, as configured.
 func TestEnvironmentSwitch(t *testing.T) {
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	dev := netns.UniqueName("pne")
 	env := map[string]string{
 		"POLARNET_LINK":   "tap",

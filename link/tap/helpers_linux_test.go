@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -31,7 +32,7 @@ func openTAP(t testing.TB, cfg Config) *Link {
 // solicitation or the like reaches the links the test plugs in.
 func newNS(t testing.TB) *netns.NS {
 	t.Helper()
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	sysctl(t, ns, "net/ipv6/conf/all/disable_ipv6", "1")
 	sysctl(t, ns, "net/ipv6/conf/default/disable_ipv6", "1")
 	return ns
