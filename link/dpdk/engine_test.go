@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
+	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
@@ -128,7 +129,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 	polarnet.SetDefault(st)
 	t.Cleanup(func() { polarnet.SetDefault(nil) })
 
-	kpeer.ExchangeViaDefault(t, v.NS, kernel4, 1<<20)
+	kpeer.ExchangeVia(t, dialer.Dial, v.NS, kernel4, 1<<20)
 
 	env["POLARNET_DEVICE"] = "0000:99:00.0"
 	_, err = polarnet.NewFromEnv(getenv)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
+	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/netns"
@@ -96,7 +97,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 
 	polarnet.SetDefault(st)
 	t.Cleanup(func() { polarnet.SetDefault(nil) })
-	kpeer.ExchangeViaDefault(t, ns, taptopo.Kernel4, 1<<20)
+	kpeer.ExchangeVia(t, dialer.Dial, ns, taptopo.Kernel4, 1<<20)
 
 	env["POLARNET_DEVICE"] = "this-name-is-far-too-long"
 	st2, err := polarnet.NewFromEnv(getenv)
