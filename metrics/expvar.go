@@ -32,7 +32,7 @@ func Snapshot(st *polarnet.Stack) ExpvarSnapshot {
 		Link:       stats.LinkName,
 		Total:      ExpvarShard{stats.Total, stats.Total.BusyRatio()},
 		LinkQueues: stats.Link,
-		TCPIP:      ProtocolValues(st.ProtocolStatsTotal()),
+		TCPIP:      ProtocolValues(st.ProtocolCounters()),
 	}
 	for _, s := range stats.Shards {
 		out.Shards = append(out.Shards, ExpvarShard{s, s.BusyRatio()})

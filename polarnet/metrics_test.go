@@ -295,6 +295,19 @@ func TestStatsTCPTrafficMovesEngineCounters(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.NotZero(t, total.TCP.ActiveConnectionOpenings.Value())
 	assert.Equal(t, uint64(4), total.TCP.ActiveConnectionOpenings.Value())
+
+	// ProtocolCounters says the same without gVisor's types, in the
+	// catalogue's order.
+	counters := a.ProtocolCounters()
+	require.Len(t, counters, len(polarnet.ProtocolCatalogue()))
+	byPath := map[string]polarnet.ProtocolCounter{}
+	for i, c := range counters {
+		assert.Equal(t, polarnet.ProtocolCatalogue()[i].Path, c.Path)
+		byPath[c.Path] = c
+	}
+	assert.Equal(t, uint64(4), byPath["TCP.ActiveConnectionOpenings"].Value)
+	assert.False(t, byPath["TCP.ActiveConnectionOpenings"].Gauge)
+	assert.True(t, byPath["TCP.CurrentEstablished"].Gauge)
 }
 
 // lossyQueue drops every nth data frame written to it.
