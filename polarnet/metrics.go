@@ -4,7 +4,6 @@ import (
 	"errors"
 	"reflect"
 	"sync/atomic"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 
@@ -116,12 +115,6 @@ type shardMetrics struct {
 	lastDropCheck int64
 	lastDrops     dropCounts
 }
-
-// epoch anchors clock: time.Since reads the monotonic clock only.
-var epoch = time.Now()
-
-// clock returns monotonic nanoseconds since the process loaded polarnet.
-func clock() int64 { return int64(time.Since(epoch)) }
 
 // pollerStarted is the poller's first hook: it anchors PollNanos.
 func (s *shard) pollerStarted() { s.stats.m.started.Store(clock()) }
