@@ -29,8 +29,8 @@ var (
 )
 
 // Register makes a link kind available to POLARNET_LINK. Link packages
-// call it from init, so importing one (dialer and listener import the pure-Go
-// links) is what makes it selectable.
+// call it from init, so linking one into the binary is what makes it
+// selectable (see Registration in the package doc).
 func Register(kind string, open Opener) {
 	registryMu.Lock()
 	defer registryMu.Unlock()
