@@ -17,7 +17,7 @@ import (
 	"github.com/polarnet/polarnet/link"
 )
 
-// recordingQueue is a Queue that keeps the TCP headers of what is written.
+// recordingQueue is a link.Queue that keeps the TCP headers of what is written.
 type recordingQueue struct {
 	mu   sync.Mutex
 	sent []header.TCP

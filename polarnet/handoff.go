@@ -133,7 +133,7 @@ func (st *Stack) quotedTransport(proto uint8, src, dst tcpip.Address, l4 []byte)
 }
 
 // flowOwner is the shard whose queue the link delivers the flow on: the
-// link's own rule when it steers, PortSteering otherwise.
+// link's own rule when it steers, link.PortSteering otherwise.
 func (st *Stack) flowOwner(localAddr tcpip.Address, local uint16, remoteAddr tcpip.Address, remote uint16) int {
 	if st.steerer != nil {
 		la, _ := netip.AddrFromSlice(localAddr.AsSlice())

@@ -2,6 +2,7 @@ package frame
 
 import (
 	"encoding/binary"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,4 +88,18 @@ func TestCheckRX(t *testing.T) {
 	badIP[EthLen+8]-- // the TTL, under the header checksum
 	res, _, _ = CheckRX(badIP)
 	assert.Equal(t, RxBad, res, "a wrong IPv4 header checksum")
+}
+
+func BenchmarkSum(b *testing.B) {
+	for _, n := range []int{64, 1500, 9001} {
+		buf := make([]byte, n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var acc uint64
+			for b.Loop() {
+				acc += Sum(buf, 0)
+			}
+			_ = acc
+		})
+	}
 }
