@@ -9,8 +9,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/tap"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // Kind is a kind of link the suite runs polarnet over: what `-link` selects.
@@ -28,7 +28,7 @@ type Kind interface {
 	// moved there, configured as opt says and up, and returns the link and
 	// that interface's name. The caller owns the link (a stack or a relay
 	// closes it); the interface goes away with the link or the namespace.
-	Attach(ns *netns.NS, opt AttachOptions) (polarnet.Link, string, error)
+	Attach(ns *netns.NS, opt AttachOptions) (link.Link, string, error)
 }
 
 // SingleLink is implemented by kinds that can attach one link at a time
@@ -100,7 +100,7 @@ type tapKind struct{}
 
 func (tapKind) Name() string { return "tap" }
 
-func (tapKind) Attach(ns *netns.NS, opt AttachOptions) (polarnet.Link, string, error) {
+func (tapKind) Attach(ns *netns.NS, opt AttachOptions) (link.Link, string, error) {
 	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnc"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: !opt.Offloads})
 	if err != nil {
 		return nil, "", err

@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/afxdp"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 func init() { Register(afxdpKind{}) }
@@ -24,7 +24,7 @@ type afxdpKind struct{}
 
 func (afxdpKind) Name() string { return "afxdp" }
 
-func (afxdpKind) Attach(ns *netns.NS, opt AttachOptions) (polarnet.Link, string, error) {
+func (afxdpKind) Attach(ns *netns.NS, opt AttachOptions) (link.Link, string, error) {
 	queues := max(1, opt.Queues)
 	peerMTU := cmp.Or(opt.PeerMTU, opt.MTU)
 	// veth drops frames longer than the receiving end's MTU: the link's end

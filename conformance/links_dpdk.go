@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/dpdk"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // The DPDK kind (-link=dpdk, in test binaries built with -tags dpdk):
@@ -76,7 +76,7 @@ func dpdkEAL() error {
 	return dpdkEALErr
 }
 
-func (dpdkKind) Attach(ns *netns.NS, opt AttachOptions) (link polarnet.Link, dev string, err error) {
+func (dpdkKind) Attach(ns *netns.NS, opt AttachOptions) (link link.Link, dev string, err error) {
 	if err := dpdkEAL(); err != nil {
 		return nil, "", fmt.Errorf("conformance: DPDK: %w", err)
 	}

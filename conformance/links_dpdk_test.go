@@ -5,7 +5,7 @@ package conformance
 import (
 	"testing"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // TestDPDKAttach: the dpdk kind honours AttachOptions and Close leaves
@@ -16,7 +16,7 @@ func TestDPDKAttach(t *testing.T) {
 		// net_af_packet has no offloads: the link checks received
 		// checksums itself (accepting the kernel peer's partial ones),
 		// offloads or not.
-		caps: func(bool) polarnet.Capabilities { return polarnet.CapRXChecksum },
+		caps: func(bool) link.Capabilities { return link.CapRXChecksum },
 		// More queues than a port may have: New refuses, after the
 		// kernel's end went into the namespace.
 		fail:    AttachOptions{MTU: 1500, Queues: 1025},

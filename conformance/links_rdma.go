@@ -18,8 +18,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/rdma"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // The RDMA kind (-link=rdma, in test binaries built with -tags rdma and
@@ -211,7 +211,7 @@ type rdmaAttachment struct {
 	moved string
 }
 
-func (rdmaKind) Attach(ns *netns.NS, opt AttachOptions) (polarnet.Link, string, error) {
+func (rdmaKind) Attach(ns *netns.NS, opt AttachOptions) (link.Link, string, error) {
 	dev, peer, err := rdmaEnv()
 	if err != nil {
 		return nil, "", err
@@ -227,7 +227,7 @@ func (rdmaKind) Attach(ns *netns.NS, opt AttachOptions) (polarnet.Link, string, 
 	return l, a.moved, nil
 }
 
-func (a *rdmaAttachment) attach(opt AttachOptions) (polarnet.Link, error) {
+func (a *rdmaAttachment) attach(opt AttachOptions) (link.Link, error) {
 	// Both interfaces are checked before anything changes, and both
 	// problems reported at once.
 	port, devErr := rdma.LookupNetdev(a.dev)
@@ -284,7 +284,7 @@ func (a *rdmaAttachment) attach(opt AttachOptions) (polarnet.Link, error) {
 	}
 	info := l.Info()
 	if !opt.Offloads {
-		info.Caps &^= polarnet.CapTXChecksum
+		info.Caps &^= link.CapTXChecksum
 	}
 	return &rdmaLink{Link: l, info: info, att: a}, nil
 }
@@ -409,17 +409,17 @@ func (a *rdmaAttachment) returnPeer() error {
 
 // rdmaLink is an RDMA link of the suite: it reports the capabilities
 // AttachOptions asked for, and closing it releases the attachment. It
-// embeds *rdma.Link, so the stack still sees a polarnet.Steerer.
+// embeds *rdma.Link, so the stack still sees a link.Steerer.
 type rdmaLink struct {
 	*rdma.Link
-	info polarnet.LinkInfo
+	info link.Info
 	att  *rdmaAttachment
 
 	once sync.Once
 	err  error
 }
 
-func (l *rdmaLink) Info() polarnet.LinkInfo { return l.info }
+func (l *rdmaLink) Info() link.Info { return l.info }
 
 func (l *rdmaLink) Close() error {
 	l.once.Do(func() { l.err = errors.Join(l.Link.Close(), l.att.release()) })

@@ -13,8 +13,8 @@ import (
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/rdma"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestRDMAKind: the rdma kind is registered, and where it cannot attach
@@ -68,7 +68,7 @@ func TestRDMAKind(t *testing.T) {
 		var nd *rdma.NoDeviceError
 		require.ErrorAs(t, err, &nd)
 		assert.Equal(t, rdma.ReasonNoNetdev, nd.Reason)
-		assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+		assert.ErrorIs(t, err, link.ErrNotSupported)
 		assert.ErrorContains(t, err, "POLARNET_RDMA_NETDEV=pn-no-such-if")
 		// Both problems at once.
 		assert.ErrorContains(t, err, "POLARNET_RDMA_PEER_NETDEV=pn-no-such-pr: no such interface in this namespace")
@@ -137,7 +137,7 @@ func TestRDMAKindLendPeer(t *testing.T) {
 	for round := range 2 {
 		ifi, err := rdmaCheckPeer(peer)
 		require.NoError(t, err, "round %d", round)
-		ns := netns.New(t)
+		ns := testenv.NewNS(t)
 		require.NoError(t, rdmaAcquire(peer))
 		a := &rdmaAttachment{dev: "pn-unused", peer: peer, ns: ns}
 		require.NoError(t, a.lendPeer(ifi, 9000, taptopo.KernelPrefixes(9000)))

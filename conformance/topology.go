@@ -8,6 +8,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
 	"github.com/polarnet/polarnet/link/impair"
 	"github.com/polarnet/polarnet/polarnet"
@@ -142,7 +144,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 	impaired := spec.Impair != (impair.Config{})
 	offloads := !spec.WireFrames && !impaired
 	tp := &Topology{Dir: dir, NearMTU: mtu, FarMTU: farMTU, Capture: capture.NewBuffer(capture.BufferConfig{Snaplen: captureSnaplen, Limit: captureLimit})}
-	wrap := func(l polarnet.Link) polarnet.Link {
+	wrap := func(l link.Link) link.Link {
 		if impaired {
 			tp.Impair = impair.New(l, spec.Impair)
 			l = tp.Impair
@@ -150,7 +152,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 		return capture.New(l, tp.Capture)
 	}
 	nearAddrs, farAddrs := taptopo.StackPrefixes(mtu), taptopo.KernelPrefixes(farMTU)
-	newStack := func(link polarnet.Link, addrs []netip.Prefix) (*stackHost, error) {
+	newStack := func(link link.Link, addrs []netip.Prefix) (*stackHost, error) {
 		cfg := polarnet.Config{Link: link, Addrs: addrs}
 		if spec.Stack != nil {
 			spec.Stack(&cfg)
@@ -167,7 +169,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 	switch dir {
 	case KernelKernel:
 		k = referenceKind(k)
-		nearNS, farNS := netns.New(t), netns.New(t)
+		nearNS, farNS := testenv.NewNS(t), testenv.NewNS(t)
 		nearLink, nearDev, err := k.Attach(nearNS, AttachOptions{MTU: mtu, Addrs: nearAddrs})
 		if err != nil {
 			return nil, err
@@ -187,7 +189,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 		tp.Namespaces, tp.Devices = []string{nearNS.Name, farNS.Name}, []string{nearDev, farDev}
 
 	case StackClient, StackServer:
-		farNS := netns.New(t)
+		farNS := testenv.NewNS(t)
 		link, farDev, err := k.Attach(farNS, AttachOptions{MTU: mtu, PeerMTU: farMTU, Offloads: offloads, Addrs: farAddrs, Queues: spec.Queues})
 		if err != nil {
 			return nil, err
@@ -199,7 +201,7 @@ func Build(t testing.TB, k Kind, dir Direction, spec Spec) (*Topology, error) {
 		tp.Namespaces, tp.Devices = []string{farNS.Name}, []string{farDev}
 
 	case StackStack:
-		brNS := netns.New(t)
+		brNS := testenv.NewNS(t)
 		if _, err := brNS.Exec("ip", "link", "add", "br0", "type", "bridge"); err != nil {
 			return nil, err
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The wire of the kinds whose link drives an interface of this process's
@@ -66,7 +66,7 @@ func newHostVeth(ns *netns.NS, prefix string, queues, hostMTU, peerMTU int, addr
 // pair too, so that nothing is left in this namespace even before the
 // scenario's namespace, which holds the other end, is deleted.
 type vethLink struct {
-	polarnet.Link
+	link.Link
 	host string
 }
 

@@ -11,17 +11,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/testenv"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // vethKindCase says what to expect of a kind on newHostVeth's wire.
 type vethKindCase struct {
 	name string
 	// caps are the capabilities its links report for AttachOptions.Offloads.
-	caps func(offloads bool) polarnet.Capabilities
+	caps func(offloads bool) link.Capabilities
 	// fail makes the link's constructor fail after the wire exists, with an
 	// error matching failErr (errors.Is) if set, containing failMsg if set.
 	fail    AttachOptions
@@ -46,7 +45,7 @@ func testVethKindAttach(t *testing.T, c vethKindCase) {
 		{"mtu=576,bridge-port", AttachOptions{MTU: 576}},
 	} {
 		t.Run(o.name, func(t *testing.T) {
-			ns := netns.New(t)
+			ns := testenv.NewNS(t)
 			l, dev, err := k.Attach(ns, o.opt)
 			require.NoError(t, err)
 			closed := false
@@ -85,7 +84,7 @@ func testVethKindAttach(t *testing.T, c vethKindCase) {
 		})
 	}
 	t.Run("failure leaves nothing", func(t *testing.T) {
-		ns := netns.New(t)
+		ns := testenv.NewNS(t)
 		_, _, err := k.Attach(ns, c.fail)
 		require.Error(t, err)
 		if c.failErr != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/dialer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -159,7 +159,7 @@ func TestAPIDialerAndListenConfigFields(t *testing.T) {
 // Go's net, conns are *polarnet.TCPConn / *polarnet.UDPConn, and the
 // package-level Dialer and ListenConfig hand them out.
 func TestAPIDynamicTypes(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client := newStack(t, la, "198.18.0.1/24")
 	server := newStack(t, lb, "198.18.0.2/24")
 	d := dialer.Dialer{Stack: client, Timeout: 5 * time.Second}
@@ -211,7 +211,7 @@ func TestAPIDynamicTypes(t *testing.T) {
 // TestDialLoopbackThroughTheKernel: with a stack, loopback and localhost are
 // dialed with Go's net.
 func TestDialLoopbackThroughTheKernel(t *testing.T) {
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
+	la, _ := pipe.New(pipe.Config{})
 	st := newStack(t, la, "198.19.40.1/24")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

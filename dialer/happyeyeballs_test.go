@@ -13,15 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
 // dualStackPair is a client and a server stack with both families over a pipe,
 // and a TCP listener on the server's IPv4 address only.
 func dualStackPair(t *testing.T) (client *polarnet.Stack, v4, v6Refused, v6Silent netip.AddrPort) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
-	newStack := func(l polarnet.Link, addrs ...string) *polarnet.Stack {
+	la, lb := pipe.New(pipe.Config{})
+	newStack := func(l link.Link, addrs ...string) *polarnet.Stack {
 		var ps []netip.Prefix
 		for _, a := range addrs {
 			ps = append(ps, netip.MustParsePrefix(a))

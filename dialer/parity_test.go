@@ -17,7 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/dialer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -32,7 +33,7 @@ type world struct {
 }
 
 func worlds(t *testing.T) []world {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client := newStack(t, la, "198.18.0.1/24")
 	server := newStack(t, lb, "198.18.0.2/24")
 	return []world{
@@ -43,7 +44,7 @@ func worlds(t *testing.T) []world {
 	}
 }
 
-func newStack(t *testing.T, l polarnet.Link, addr string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, addr string) *polarnet.Stack {
 	s, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/polarnet/polarnet/dialer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -52,7 +52,7 @@ func serveDNS(t *testing.T, st *polarnet.Stack, name string, addr netip.Addr) ne
 // TestResolveThroughTheStack dials a host name whose DNS server is only
 // reachable through the stack.
 func TestResolveThroughTheStack(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	server := newStack(t, lb, "198.18.0.2/24")
 	dns := serveDNS(t, server, "svc.polarnet.test.", netip.MustParseAddr("198.18.0.2"))
 	client, err := polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")}, DNS: []netip.AddrPort{dns}})

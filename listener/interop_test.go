@@ -15,7 +15,8 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/polarnet/polarnet/dialer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -28,8 +29,8 @@ var (
 // stackPair returns two stacks on a pipe link; tweak adjusts the server's
 // config.
 func stackPair(t *testing.T, tweak func(*polarnet.Config)) (client, server *polarnet.Stack) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
-	newStack := func(l polarnet.Link, p netip.Prefix, tweak func(*polarnet.Config)) *polarnet.Stack {
+	la, lb := pipe.New(pipe.Config{})
+	newStack := func(l link.Link, p netip.Prefix, tweak func(*polarnet.Config)) *polarnet.Stack {
 		cfg := polarnet.Config{Link: l, Addrs: []netip.Prefix{p}}
 		if tweak != nil {
 			tweak(&cfg)

@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
-	// The pure-Go links register themselves for POLARNET_LINK.
+	// The pure-Go links register themselves for POLARNET_LINK (see package
+	// link, Registration); the cgo links need the program's own import.
 	_ "github.com/polarnet/polarnet/link/afxdp"
 	_ "github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"

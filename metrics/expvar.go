@@ -4,16 +4,17 @@ import (
 	"expvar"
 	"fmt"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
 // ExpvarSnapshot is what PublishExpvar publishes: the stack's Stats, each
 // shard with its busy ratio, and gVisor's counters summed over shards.
 type ExpvarSnapshot struct {
-	Link       string                `json:"link"`
-	Shards     []ExpvarShard         `json:"shards"`
-	Total      ExpvarShard           `json:"total"`
-	LinkQueues []polarnet.QueueStats `json:"link_queues,omitempty"`
+	Link       string            `json:"link"`
+	Shards     []ExpvarShard     `json:"shards"`
+	Total      ExpvarShard       `json:"total"`
+	LinkQueues []link.QueueStats `json:"link_queues,omitempty"`
 	// TCPIP maps gVisor counter paths ("TCP.Retransmits") to their sums.
 	TCPIP map[string]uint64 `json:"tcpip"`
 }
@@ -31,7 +32,7 @@ func Snapshot(st *polarnet.Stack) ExpvarSnapshot {
 		Link:       stats.LinkName,
 		Total:      ExpvarShard{stats.Total, stats.Total.BusyRatio()},
 		LinkQueues: stats.Link,
-		TCPIP:      ProtocolValues(st.ProtocolStatsTotal()),
+		TCPIP:      ProtocolValues(st.ProtocolCounters()),
 	}
 	for _, s := range stats.Shards {
 		out.Shards = append(out.Shards, ExpvarShard{s, s.BusyRatio()})

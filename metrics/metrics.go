@@ -12,13 +12,10 @@
 package metrics
 
 import (
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode"
-
-	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -116,7 +113,7 @@ var (
 	LogsSupp = counter("polarnet_log_suppressed_total", "Log records the per-event rate limits suppressed.")
 )
 
-// The link's metric families, from links that implement polarnet.LinkStatser.
+// The link's metric families, from links that implement link.Statser.
 var (
 	LinkRxFrames = &Desc{Name: "polarnet_link_rx_frames_total", Type: Counter, Help: "Frames the link (or the device under it) received, as it counts them.", Labels: linkLabels}
 	LinkRxBytes  = &Desc{Name: "polarnet_link_rx_bytes_total", Type: Counter, Help: "Bytes the link received, as it counts them.", Labels: linkLabels}
@@ -163,7 +160,7 @@ const (
 func Collect(st *polarnet.Stack, fn func(Sample)) {
 	stats := st.Stats()
 	CollectStats(stats, fn)
-	CollectProtocol(st.ProtocolStatsTotal(), fn)
+	CollectProtocol(st.ProtocolCounters(), fn)
 }
 
 // CollectStats reports the engine's and the link's metrics in stats.
@@ -282,81 +279,46 @@ func histogram(h polarnet.Histogram, lo, hi int, scale float64) *HistogramValue 
 	return out
 }
 
-// Protocol metrics: gVisor's tcpip.Stats, summed over shards, one family
-// per counter, named polarnet_tcpip_ + the counter's path in snake case:
-// TCP.Retransmits is polarnet_tcpip_tcp_retransmits_total. Counters gVisor
-// decrements (names starting with Current) are gauges, without _total.
+// Protocol metrics: gVisor's protocol counters (polarnet.ProtocolCounter),
+// summed over shards, one family per counter, named polarnet_tcpip_ + the
+// counter's path in snake case: TCP.Retransmits is
+// polarnet_tcpip_tcp_retransmits_total. Gauges have no _total.
 
-type protoLeaf struct {
-	desc  *Desc
-	path  string // dotted, "TCP.Retransmits"
-	index []int  // field indices from tcpip.Stats
-}
-
-var protoLeaves = sync.OnceValue(func() []protoLeaf {
-	var out []protoLeaf
-	var walk func(t reflect.Type, path []string, index []int)
-	walk = func(t reflect.Type, path []string, index []int) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			p := append(append([]string(nil), path...), f.Name)
-			idx := append(append([]int(nil), index...), i)
-			switch {
-			case f.Type == reflect.TypeFor[*tcpip.StatCounter]():
-				name := "polarnet_tcpip_" + snake(p)
-				d := &Desc{Name: name + "_total", Type: Counter, Help: "gVisor tcpip.Stats." + strings.Join(p, ".") + ", summed over shards."}
-				if strings.HasPrefix(f.Name, "Current") {
-					d.Name, d.Type = name, Gauge
-				}
-				out = append(out, protoLeaf{desc: d, path: strings.Join(p, "."), index: idx})
-			case f.Type.Kind() == reflect.Struct:
-				walk(f.Type, p, idx)
-			}
+var protoDescs = sync.OnceValue(func() []*Desc {
+	var out []*Desc
+	for _, c := range polarnet.ProtocolCatalogue() {
+		name := "polarnet_tcpip_" + snake(strings.Split(c.Path, "."))
+		d := &Desc{Name: name + "_total", Type: Counter, Help: "gVisor tcpip.Stats." + c.Path + ", summed over shards."}
+		if c.Gauge {
+			d.Name, d.Type = name, Gauge
 		}
+		out = append(out, d)
 	}
-	walk(reflect.TypeFor[tcpip.Stats](), nil, nil)
 	return out
 })
 
 // Protocol returns the metric families of gVisor's protocol counters.
-func Protocol() []*Desc {
-	var out []*Desc
-	for _, l := range protoLeaves() {
-		out = append(out, l.desc)
-	}
-	return out
-}
+func Protocol() []*Desc { return protoDescs() }
 
-// CollectProtocol reports the counters of st, a tcpip.Stats as
-// Stack.ProtocolStatsTotal returns it.
-func CollectProtocol(st tcpip.Stats, fn func(Sample)) {
-	v := reflect.ValueOf(&st).Elem()
-	for _, l := range protoLeaves() {
-		c, _ := v.FieldByIndex(l.index).Interface().(*tcpip.StatCounter)
-		if c == nil {
-			continue
-		}
-		val := float64(c.Value())
-		if l.desc.Type == Gauge {
+// CollectProtocol reports counters as Stack.ProtocolCounters returns them.
+func CollectProtocol(counters []polarnet.ProtocolCounter, fn func(Sample)) {
+	descs := protoDescs()
+	for i, c := range counters {
+		val := float64(c.Value)
+		if c.Gauge {
 			// Decremented counters: a transient negative wraps around.
-			val = float64(int64(c.Value()))
+			val = float64(int64(c.Value))
 		}
-		fn(Sample{Desc: l.desc, Value: val})
+		fn(Sample{Desc: descs[i], Value: val})
 	}
 }
 
-// ProtocolValues returns gVisor's counters of st by dotted path
-// ("TCP.Retransmits"), for expvar and logs.
-func ProtocolValues(st tcpip.Stats) map[string]uint64 {
-	out := map[string]uint64{}
-	v := reflect.ValueOf(&st).Elem()
-	for _, l := range protoLeaves() {
-		if c, _ := v.FieldByIndex(l.index).Interface().(*tcpip.StatCounter); c != nil {
-			out[l.path] = c.Value()
-		}
+// ProtocolValues returns counters by dotted path ("TCP.Retransmits"), for
+// expvar and logs.
+func ProtocolValues(counters []polarnet.ProtocolCounter) map[string]uint64 {
+	out := make(map[string]uint64, len(counters))
+	for _, c := range counters {
+		out[c.Path] = c.Value
 	}
 	return out
 }

@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/metrics"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
-func newStack(t *testing.T, l polarnet.Link, addr string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, addr string) *polarnet.Stack {
 	t.Helper()
 	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 	require.NoError(t, err)
@@ -52,7 +53,7 @@ func TestSnakeNames(t *testing.T) {
 }
 
 func TestExpvarPublishes(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	newStack(t, lb, "198.18.0.2/24")
 	require.NoError(t, metrics.PublishExpvar("polarnet_test_stack", a))
@@ -87,7 +88,7 @@ func TestMetricsDocumented(t *testing.T) {
 // histogram's unbounded last bucket is only in +Inf, not exported as a
 // bucket of 2^64 ns.
 func TestHistogramBounds(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	newStack(t, lb, "198.18.0.2/24")
 	last := map[string]float64{}

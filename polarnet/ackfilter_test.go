@@ -13,18 +13,20 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/polarnet/polarnet/link"
 )
 
-// recordingQueue is a Queue that keeps the TCP headers of what is written.
+// recordingQueue is a link.Queue that keeps the TCP headers of what is written.
 type recordingQueue struct {
 	mu   sync.Mutex
 	sent []header.TCP
 }
 
-func (r *recordingQueue) ReadBurst([]RxFrame) (int, error) { return 0, nil }
-func (r *recordingQueue) WaitRead() error                  { return nil }
-func (r *recordingQueue) Interrupt()                       {}
-func (r *recordingQueue) WriteBurst(frames []TxFrame) (int, error) {
+func (r *recordingQueue) ReadBurst([]link.RxFrame) (int, error) { return 0, nil }
+func (r *recordingQueue) WaitRead() error                       { return nil }
+func (r *recordingQueue) Interrupt()                            {}
+func (r *recordingQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range frames {
@@ -104,9 +106,9 @@ const (
 	ackPsh = header.TCPFlagAck | header.TCPFlagPsh
 )
 
-// newQueue returns a TX queue writing to link, as an awake poller's.
-func newQueue(link Queue, cfg ACKConfig) *txQueue {
-	q := newTxQueue(link, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}))
+// newQueue returns a TX queue writing to lq, as an awake poller's.
+func newQueue(lq link.Queue, cfg ACKConfig) *txQueue {
+	q := newTxQueue(lq, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}))
 	q.pollerAwake.Store(true)
 	return q
 }
@@ -403,7 +405,7 @@ type narrowQueue struct {
 	room int
 }
 
-func (n *narrowQueue) WriteBurst(frames []TxFrame) (int, error) {
+func (n *narrowQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 	return n.recordingQueue.WriteBurst(frames[:min(n.room, len(frames))])
 }
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -24,7 +24,7 @@ func BenchmarkRoundTrip4K(b *testing.B) {
 			for _, ackFilter := range []bool{true, false} {
 				name := fmt.Sprintf("mtu=%d/%v/ackfilter=%v", mtu, mode, ackFilter)
 				b.Run(name, func(b *testing.B) {
-					a, z := newPair(b, linktest.PipeConfig{MTU: mtu}, func(c *polarnet.Config) {
+					a, z := newPair(b, pipe.Config{MTU: mtu}, func(c *polarnet.Config) {
 						c.Poll = mode
 						c.ACK.DisableFilter = !ackFilter
 					})
@@ -75,7 +75,7 @@ func echo4K(c *polarnet.TCPConn) {
 // shard per stack costs when many conns share its poll iterations.
 func BenchmarkRoundTrip4K64Conns(b *testing.B) {
 	const conns = 64
-	a, z := newPair(b, linktest.PipeConfig{MTU: 65535})
+	a, z := newPair(b, pipe.Config{MTU: 65535})
 	clients := make([]*polarnet.TCPConn, conns)
 	for i := range clients {
 		client, server := connPair(b, a, z, addrB.Addr())

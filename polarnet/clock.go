@@ -10,6 +10,12 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
+// epoch anchors clock: time.Since reads the monotonic clock only.
+var epoch = time.Now()
+
+// clock returns monotonic nanoseconds since the process loaded polarnet.
+func clock() int64 { return int64(time.Since(epoch)) }
+
 // shardClock is the tcpip.Clock of one shard: its timers (retransmission,
 // keep-alive, TIME_WAIT, delayed work of every kind) fire on the shard's
 // poller, between bursts, so a connection's timers run on the core that

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"runtime"
 	"time"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // Config configures a Stack. The zero value of every field is a documented
@@ -13,7 +15,7 @@ import (
 type Config struct {
 	// Link is the device the stack runs on. Required. The stack owns it from
 	// New on and closes it in Close (also when New fails).
-	Link Link
+	Link link.Link
 
 	// Addrs are the stack's IPv4 and IPv6 addresses with their prefix
 	// length, e.g. 198.18.0.2/24 and fd00:198:18::2/64. At least one.

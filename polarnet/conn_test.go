@@ -17,7 +17,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/xfer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -27,7 +28,7 @@ func TestTransferByteExact(t *testing.T) {
 		sizes = sizes[:2]
 	}
 	for _, mtu := range []int{1500, 65000} {
-		a, b := newPair(t, linktest.PipeConfig{MTU: mtu})
+		a, b := newPair(t, pipe.Config{MTU: mtu})
 		for _, size := range sizes {
 			for _, server := range []netip.Addr{addrB.Addr(), addrB6.Addr()} {
 				if server.Is6() && size > 1<<20 {
@@ -41,7 +42,7 @@ func TestTransferByteExact(t *testing.T) {
 }
 
 func TestNetTestConn(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{})
+	a, b := newPair(t, pipe.Config{})
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 		client, srv := connPair(t, a, b, addrB.Addr())
 		return client, srv, func() { client.Close(); srv.Close() }, nil
@@ -49,7 +50,7 @@ func TestNetTestConn(t *testing.T) {
 }
 
 func TestUDPEcho(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{})
+	a, b := newPair(t, pipe.Config{})
 	for _, server := range []netip.Addr{addrB.Addr(), addrB6.Addr()} {
 		srv, err := b.ListenUDP("udp", netip.AddrPortFrom(server, 0))
 		require.NoError(t, err)
@@ -89,7 +90,7 @@ func TestUDPEcho(t *testing.T) {
 // TestUDPMsg covers the ReadMsg/WriteMsg methods net.UDPConn has: data and
 // addresses as ReadFrom/WriteTo, no control messages either way.
 func TestUDPMsg(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{})
+	a, b := newPair(t, pipe.Config{})
 	srv, err := b.ListenUDP("udp", netip.AddrPortFrom(addrB.Addr(), 0))
 	require.NoError(t, err)
 	defer srv.Close()
@@ -134,7 +135,7 @@ func TestUDPMsg(t *testing.T) {
 }
 
 func TestConnErrors(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{})
+	a, b := newPair(t, pipe.Config{})
 	ctx := t.Context()
 	closedPort := netip.AddrPortFrom(addrB.Addr(), 9)
 
@@ -204,13 +205,13 @@ func TestConnErrors(t *testing.T) {
 }
 
 func TestBadFramesAreDroppedAndCounted(t *testing.T) {
-	la, raw := linktest.Pipe(linktest.PipeConfig{MTU: 9000})
+	la, raw := pipe.New(pipe.Config{MTU: 9000})
 	s := newStack(t, la, addrA, addrA6, func(c *polarnet.Config) { c.MTU = 1500 })
 	q := raw.Queues()[0]
 	send := func(frames ...[]byte) {
-		tx := make([]polarnet.TxFrame, len(frames))
+		tx := make([]link.TxFrame, len(frames))
 		for i, f := range frames {
-			tx[i] = polarnet.TxFrame{Segs: [][]byte{f}}
+			tx[i] = link.TxFrame{Segs: [][]byte{f}}
 		}
 		n, err := q.WriteBurst(tx)
 		require.NoError(t, err)
@@ -291,8 +292,8 @@ func TestBadFramesAreDroppedAndCounted(t *testing.T) {
 
 func TestCloseLeavesNothingBehind(t *testing.T) {
 	snap := leakcheck.Take()
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
-	cfg := func(l polarnet.Link, p netip.Prefix) polarnet.Config {
+	la, lb := pipe.New(pipe.Config{})
+	cfg := func(l link.Link, p netip.Prefix) polarnet.Config {
 		return polarnet.Config{Link: l, Addrs: []netip.Prefix{p}}
 	}
 	a, err := polarnet.New(cfg(la, addrA))

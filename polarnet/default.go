@@ -5,57 +5,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/polarnet/polarnet/link"
 )
-
-// LinkParams are the link settings that can come from the environment.
-type LinkParams struct {
-	// Device is the interface name (POLARNET_DEVICE).
-	Device string
-	// Queues is the number of queue pairs; zero is the link's default
-	// (POLARNET_QUEUES).
-	Queues int
-	// MTU is the link MTU; zero is the link's default (POLARNET_MTU).
-	MTU int
-	// Options are link-specific settings (POLARNET_LINK_OPTIONS, "k=v,k=v").
-	Options map[string]string
-}
-
-// LinkOpener opens a link from LinkParams.
-type LinkOpener func(LinkParams) (Link, error)
-
-var (
-	registryMu sync.Mutex
-	registry   = map[string]LinkOpener{}
-)
-
-// RegisterLink makes a link kind available to POLARNET_LINK. Link packages
-// call it from init, so importing one (dialer and listener import the pure-Go
-// links) is what makes it selectable.
-func RegisterLink(kind string, open LinkOpener) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	registry[kind] = open
-}
-
-// OpenLink opens a registered link kind.
-func OpenLink(kind string, p LinkParams) (Link, error) {
-	registryMu.Lock()
-	open, ok := registry[kind]
-	kinds := make([]string, 0, len(registry))
-	for k := range registry {
-		kinds = append(kinds, k)
-	}
-	registryMu.Unlock()
-	if !ok {
-		sort.Strings(kinds)
-		return nil, fmt.Errorf("polarnet: unknown link %q (available: %s): %w", kind, strings.Join(kinds, ", "), ErrNotSupported)
-	}
-	return open(p)
-}
 
 // FallbackPolicy says what happens when the configured link cannot open.
 type FallbackPolicy uint8
@@ -72,7 +27,7 @@ const (
 type EnvConfig struct {
 	// Kind is the link kind; empty means no stack (the kernel).
 	Kind     string
-	Params   LinkParams
+	Params   link.Params
 	Config   Config
 	Fallback FallbackPolicy
 }
@@ -84,7 +39,7 @@ const (
 	EnvQueues      = "POLARNET_QUEUES"       // queue pairs
 	EnvMTU         = "POLARNET_MTU"          // MTU
 	EnvLinkOptions = "POLARNET_LINK_OPTIONS" // link-specific "k=v,k=v"
-	EnvAddr        = "POLARNET_ADDR"         // addresses with prefix, comma-separated
+	EnvAddr        = link.EnvAddr            // addresses with prefix, comma-separated
 	EnvGateway     = "POLARNET_GATEWAY"      // default gateways, comma-separated
 	EnvDNS         = "POLARNET_DNS"          // DNS servers (addr or addr:port), comma-separated
 	EnvPoll        = "POLARNET_POLL"         // adaptive, busy or blocking
@@ -295,10 +250,10 @@ func NewFromEnv(getenv func(string) string) (*Stack, error) {
 }
 
 func openEnvStack(ec EnvConfig) (*Stack, error) {
-	link, err := OpenLink(ec.Kind, ec.Params)
+	l, err := link.Open(ec.Kind, ec.Params)
 	if err != nil {
 		return nil, err
 	}
-	ec.Config.Link = link
+	ec.Config.Link = l
 	return New(ec.Config)
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -39,7 +40,7 @@ func TestParseEnv(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, "tap", ec.Kind)
-	assert.Equal(t, polarnet.LinkParams{Device: "tap0", Queues: 2, MTU: 9000, Options: map[string]string{"offloads": "off", "x": "y"}}, ec.Params)
+	assert.Equal(t, link.Params{Device: "tap0", Queues: 2, MTU: 9000, Options: map[string]string{"offloads": "off", "x": "y"}}, ec.Params)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.0.2/24"), netip.MustParsePrefix("fd00::2/64")}, ec.Config.Addrs)
 	assert.Equal(t, netip.MustParseAddr("198.18.0.1"), ec.Config.Gateway4)
 	assert.Equal(t, netip.MustParseAddr("fd00::1"), ec.Config.Gateway6)
@@ -65,26 +66,26 @@ func TestParseEnv(t *testing.T) {
 }
 
 func TestOpenLinkRegistry(t *testing.T) {
-	_, err := polarnet.OpenLink("no-such-link", polarnet.LinkParams{})
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	_, err := link.Open("no-such-link", link.Params{})
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	assert.ErrorContains(t, err, "no-such-link")
 
-	var got polarnet.LinkParams
-	polarnet.RegisterLink("test-pipe", func(p polarnet.LinkParams) (polarnet.Link, error) {
+	var got link.Params
+	link.Register("test-pipe", func(p link.Params) (link.Link, error) {
 		got = p
-		a, _ := linktest.Pipe(linktest.PipeConfig{MTU: p.MTU})
+		a, _ := pipe.New(pipe.Config{MTU: p.MTU})
 		return a, nil
 	})
-	l, err := polarnet.OpenLink("test-pipe", polarnet.LinkParams{MTU: 9000})
+	l, err := link.Open("test-pipe", link.Params{MTU: 9000})
 	require.NoError(t, err)
 	defer l.Close()
 	assert.Equal(t, 9000, got.MTU)
 	assert.Equal(t, 9000, l.Info().MTU)
 
-	polarnet.RegisterLink("test-broken", func(polarnet.LinkParams) (polarnet.Link, error) {
+	link.Register("test-broken", func(link.Params) (link.Link, error) {
 		return nil, errors.New("no such device")
 	})
-	_, err = polarnet.OpenLink("test-broken", polarnet.LinkParams{})
+	_, err = link.Open("test-broken", link.Params{})
 	assert.ErrorContains(t, err, "no such device")
 }
 
@@ -114,7 +115,7 @@ func TestConfigValidationSaysWhy(t *testing.T) {
 			"MTU 1000 on link LINK is below IPv6's minimum of 1280, which address fd00:198:19:40::2/64 needs"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			la, _ := linktest.Pipe(linktest.PipeConfig{})
+			la, _ := pipe.New(pipe.Config{})
 			cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix("198.19.40.2/24"), v6}}
 			tc.mutate(&cfg)
 			s, err := polarnet.New(cfg)
@@ -132,7 +133,7 @@ func TestConfigValidationSaysWhy(t *testing.T) {
 		"link-local gateway":    func(c *polarnet.Config) { c.Gateway6 = netip.MustParseAddr("fe80::1") },
 		"IPv4 alone at MTU 576": func(c *polarnet.Config) { c.Addrs, c.MTU = c.Addrs[:1], 576 },
 	} {
-		la, _ := linktest.Pipe(linktest.PipeConfig{})
+		la, _ := pipe.New(pipe.Config{})
 		cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix("198.19.40.2/24"), v6}}
 		mutate(&cfg)
 		s, err := polarnet.New(cfg)
@@ -146,7 +147,7 @@ func TestConfigValidationSaysWhy(t *testing.T) {
 // kernel with a log line naming the link, the device and the error, while
 // addresses that cannot work are an error under either policy.
 func TestNewFromEnvFallback(t *testing.T) {
-	polarnet.RegisterLink("test-unopenable", func(polarnet.LinkParams) (polarnet.Link, error) {
+	link.Register("test-unopenable", func(link.Params) (link.Link, error) {
 		return nil, errors.New("device or resource busy")
 	})
 	var logged bytes.Buffer
@@ -179,7 +180,7 @@ func TestConfigValidation(t *testing.T) {
 		"bad kernel route":  func(c *polarnet.Config) { c.KernelRoutes = []netip.Prefix{{}} },
 		"bad kernel listen": func(c *polarnet.Config) { c.KernelListen = 7 },
 	} {
-		la, _ := linktest.Pipe(linktest.PipeConfig{})
+		la, _ := pipe.New(pipe.Config{})
 		cfg := polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA}}
 		mutate(&cfg)
 		s, err := polarnet.New(cfg)

@@ -6,6 +6,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // nicEndpoint adapts one link queue pair to a gVisor NIC. Ethernet framing
@@ -25,13 +27,13 @@ var (
 	_ stack.GSOEndpoint  = (*nicEndpoint)(nil)
 )
 
-func newNICEndpoint(info LinkInfo, mtu int, tx *txQueue) *nicEndpoint {
+func newNICEndpoint(info link.Info, mtu int, tx *txQueue) *nicEndpoint {
 	// RX checksum offload is always advertised: the poller verifies in
 	// software what the link did not (see verifyTransportChecksum), so gVisor
 	// never checks twice. TX offload is advertised only when the link
 	// completes checksums; the txQueue seeds what gVisor leaves blank.
 	caps := stack.CapabilityResolutionRequired | stack.CapabilityRXChecksumOffload
-	if info.Caps&CapTXChecksum != 0 {
+	if info.Caps&link.CapTXChecksum != 0 {
 		caps |= stack.CapabilityTXChecksumOffload
 	}
 	ep := &nicEndpoint{
@@ -39,7 +41,7 @@ func newNICEndpoint(info LinkInfo, mtu int, tx *txQueue) *nicEndpoint {
 		caps: caps,
 		tx:   tx,
 	}
-	if info.Caps&(CapGSO|CapTXChecksum) == CapGSO|CapTXChecksum {
+	if info.Caps&(link.CapGSO|link.CapTXChecksum) == link.CapGSO|link.CapTXChecksum {
 		ep.gsoMaxSize = uint32(info.GSOMaxSize)
 	}
 	ep.mtu.Store(uint32(mtu))

@@ -10,7 +10,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -18,7 +19,7 @@ import (
 // far end of a third link into it, shared by all inputs of a fuzz worker.
 type fuzzTarget struct {
 	stack  *polarnet.Stack
-	raw    polarnet.Queue
+	raw    link.Queue
 	mac    tcpip.LinkAddress
 	client *polarnet.TCPConn
 	server *polarnet.TCPConn
@@ -32,7 +33,7 @@ var (
 func fuzzSetup(t testing.TB) *fuzzTarget {
 	fuzzOnce.Do(func() {
 		// Two queues: a shard for live traffic, one fed raw bytes.
-		la, raw := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+		la, raw := pipe.New(pipe.Config{Queues: 2})
 		s, err := polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA, addrA6}})
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +73,7 @@ func FuzzFrame(f *testing.F) {
 		frame := make([]byte, header.EthernetMinimumSize+len(pkt))
 		header.Ethernet(frame).Encode(&header.EthernetFields{DstAddr: ft.mac, SrcAddr: "\x02\x00\x00\x00\x00\x09", Type: tcpip.NetworkProtocolNumber(ethType)})
 		copy(frame[header.EthernetMinimumSize:], pkt)
-		ft.raw.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{frame}}})
+		ft.raw.WriteBurst([]link.TxFrame{{Segs: [][]byte{frame}}})
 
 		// The live connection still answers.
 		ft.client.SetDeadline(time.Now().Add(5 * time.Second))

@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // Receive coalescing. gVisor's TCP costs about the same per segment
@@ -61,7 +63,7 @@ func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuff
 // poller delivers it directly: going through GRO for nothing costs CPU
 // (docs/benchmarks.md). Frames that
 // are not TCP, or not well formed, are never lone. keys is scratch space.
-func markLone(frames []RxFrame, keys []uint64, lone []bool) {
+func markLone(frames []link.RxFrame, keys []uint64, lone []bool) {
 	for i := range frames {
 		keys[i] = tcpFlowHash(frames[i])
 	}
@@ -79,7 +81,7 @@ func markLone(frames []RxFrame, keys []uint64, lone []bool) {
 // tcpFlowHash hashes a received frame's TCP flow: addresses and ports; 0
 // when it is not a TCP segment. Two flows may collide: that only sends
 // their frames through GRO.
-func tcpFlowHash(f RxFrame) uint64 {
+func tcpFlowHash(f link.RxFrame) uint64 {
 	if f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf) {
 		return 0
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -29,7 +29,7 @@ func TestGROPipe(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
 		for _, disable := range []bool{false, true} {
 			t.Run(fmt.Sprintf("mtu=%d/gro=%v", mtu, !disable), func(t *testing.T) {
-				a, z := newPair(t, linktest.PipeConfig{MTU: mtu}, func(c *polarnet.Config) { c.DisableGRO = disable })
+				a, z := newPair(t, pipe.Config{MTU: mtu}, func(c *polarnet.Config) { c.DisableGRO = disable })
 				client, server := connPair(t, a, z, addrB.Addr())
 
 				data := make([]byte, 2<<20)
@@ -113,7 +113,7 @@ func BenchmarkGRO(b *testing.B) {
 		for _, gro := range []bool{true, false} {
 			tweak := func(c *polarnet.Config) { c.DisableGRO = !gro }
 			b.Run(fmt.Sprintf("rr4k/mtu=%d/gro=%v", mtu, gro), func(b *testing.B) {
-				a, z := newPair(b, linktest.PipeConfig{MTU: mtu}, tweak)
+				a, z := newPair(b, pipe.Config{MTU: mtu}, tweak)
 				client, server := connPair(b, a, z, addrB.Addr())
 				go echo4K(server)
 				req, resp := make([]byte, 4096), make([]byte, 64)
@@ -132,7 +132,7 @@ func BenchmarkGRO(b *testing.B) {
 				b.ReportMetric(float64(segs()-s0)/float64(b.N), "tcp-in/op")
 			})
 			b.Run(fmt.Sprintf("stream/mtu=%d/gro=%v", mtu, gro), func(b *testing.B) {
-				a, z := newPair(b, linktest.PipeConfig{MTU: mtu}, tweak)
+				a, z := newPair(b, pipe.Config{MTU: mtu}, tweak)
 				client, server := connPair(b, a, z, addrB.Addr())
 				chunk := make([]byte, 64<<10)
 				done := make(chan int64, 1)

@@ -14,6 +14,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // groMSS is the payload of a full segment at MTU 1500 with timestamps.
@@ -40,7 +42,7 @@ func (r *recordingDispatcher) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *st
 func newTestGRO(t *testing.T) (*rxGRO, *recordingDispatcher, *atomic.Uint64) {
 	t.Helper()
 	rec := &recordingDispatcher{}
-	ep := newNICEndpoint(LinkInfo{MTU: 1500}, 1500, nil)
+	ep := newNICEndpoint(link.Info{MTU: 1500}, 1500, nil)
 	ep.Attach(rec)
 	var noDispatcher atomic.Uint64
 	return newRxGRO(ep, &noDispatcher), rec, &noDispatcher
@@ -320,7 +322,7 @@ func (discardDispatcher) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.P
 // where it does not help, against what it saves in gVisor's TCP where it
 // does (docs/benchmarks.md).
 func BenchmarkGROOverhead(b *testing.B) {
-	ep := newNICEndpoint(LinkInfo{MTU: 65535}, 65535, nil)
+	ep := newNICEndpoint(link.Info{MTU: 65535}, 65535, nil)
 	ep.Attach(discardDispatcher{})
 	var noDispatcher atomic.Uint64
 	g := newRxGRO(ep, &noDispatcher)
@@ -343,7 +345,7 @@ func BenchmarkGROOverhead(b *testing.B) {
 // TestMarkLone: a frame goes around GRO only when no other frame of its TCP
 // flow is in the burst; what is not TCP never does.
 func TestMarkLone(t *testing.T) {
-	rxFrame := func(s groSeg) RxFrame {
+	rxFrame := func(s groSeg) link.RxFrame {
 		proto, pkt := s.frame()
 		defer pkt.DecRef()
 		eth := make([]byte, header.EthernetMinimumSize)
@@ -351,10 +353,10 @@ func TestMarkLone(t *testing.T) {
 		buf := pkt.Data().ToBuffer()
 		defer buf.Release()
 		frame := append(eth, buf.Flatten()...)
-		return RxFrame{Buf: append(frame, make([]byte, 64)...), Len: len(frame)}
+		return link.RxFrame{Buf: append(frame, make([]byte, 64)...), Len: len(frame)}
 	}
 	ack := header.TCPFlagAck
-	burst := []RxFrame{
+	burst := []link.RxFrame{
 		rxFrame(groSeg{port: 1, seq: 1, flags: ack, payload: []byte("a")}),           // flow 1, again below
 		rxFrame(groSeg{port: 2, seq: 1, flags: ack, payload: []byte("b")}),           // alone
 		rxFrame(groSeg{port: 1, seq: 2, flags: ack}),                                 // flow 1's pure ACK

@@ -7,7 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -20,15 +21,15 @@ var (
 
 // newPair returns two stacks joined by an in-memory pipe link; both are
 // closed when the test ends.
-func newPair(t testing.TB, pipe linktest.PipeConfig, tweak ...func(*polarnet.Config)) (a, b *polarnet.Stack) {
+func newPair(t testing.TB, pc pipe.Config, tweak ...func(*polarnet.Config)) (a, b *polarnet.Stack) {
 	t.Helper()
-	la, lb := linktest.Pipe(pipe)
+	la, lb := pipe.New(pc)
 	a = newStack(t, la, addrA, addrA6, tweak...)
 	b = newStack(t, lb, addrB, addrB6, tweak...)
 	return a, b
 }
 
-func newStack(t testing.TB, l polarnet.Link, v4, v6 netip.Prefix, tweak ...func(*polarnet.Config)) *polarnet.Stack {
+func newStack(t testing.TB, l link.Link, v4, v6 netip.Prefix, tweak ...func(*polarnet.Config)) *polarnet.Stack {
 	t.Helper()
 	cfg := polarnet.Config{Link: l, Addrs: []netip.Prefix{v4, v6}}
 	for _, f := range tweak {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -54,7 +54,7 @@ func TestViaKernel(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			la, _ := linktest.Pipe(linktest.PipeConfig{})
+			la, _ := pipe.New(pipe.Config{})
 			st := newStack(t, la, addrA, addrA6, stackAddrs, func(c *polarnet.Config) {
 				if tc.tweak != nil {
 					tc.tweak(c)

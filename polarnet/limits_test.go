@@ -15,12 +15,13 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/internal/xfer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
 func TestMaxConns(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{}, func(c *polarnet.Config) { c.MaxConns = 2 })
+	a, b := newPair(t, pipe.Config{}, func(c *polarnet.Config) { c.MaxConns = 2 })
 	ln, err := b.ListenTCP("tcp", netip.AddrPortFrom(addrB.Addr(), 0), 0, net.KeepAliveConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
@@ -55,7 +56,7 @@ func TestMaxConns(t *testing.T) {
 }
 
 func TestShutdownLetsConnsFinish(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{})
+	a, b := newPair(t, pipe.Config{})
 	c, s := connPair(t, a, b, addrB.Addr())
 	done := make(chan error, 1)
 	go func() {
@@ -73,7 +74,7 @@ func TestShutdownLetsConnsFinish(t *testing.T) {
 	require.NoError(t, <-done)
 
 	// With a deadline, conns left open are reset.
-	a2, b2 := newPair(t, linktest.PipeConfig{})
+	a2, b2 := newPair(t, pipe.Config{})
 	c2, _ := connPair(t, a2, b2, addrB.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -84,7 +85,7 @@ func TestShutdownLetsConnsFinish(t *testing.T) {
 }
 
 func TestMartianSourcesAreDropped(t *testing.T) {
-	la, raw := linktest.Pipe(linktest.PipeConfig{})
+	la, raw := pipe.New(pipe.Config{})
 	s := newStack(t, la, addrA, addrA6)
 	q := raw.Queues()[0]
 	udp := func(src string) []byte {
@@ -101,7 +102,7 @@ func TestMartianSourcesAreDropped(t *testing.T) {
 	}
 	martians := []string{"0.0.0.0", "127.0.0.1", "224.0.0.1", "255.255.255.255", "240.0.0.1", "198.18.0.255", addrA.Addr().String()}
 	for _, src := range append(martians, "198.18.0.9") {
-		n, err := q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{udp(src)}}})
+		n, err := q.WriteBurst([]link.TxFrame{{Segs: [][]byte{udp(src)}}})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"reflect"
 	"sync/atomic"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // ShardMetrics are a shard's counters beyond the link-level ones of
@@ -115,12 +116,6 @@ type shardMetrics struct {
 	lastDrops     dropCounts
 }
 
-// epoch anchors clock: time.Since reads the monotonic clock only.
-var epoch = time.Now()
-
-// clock returns monotonic nanoseconds since the process loaded polarnet.
-func clock() int64 { return int64(time.Since(epoch)) }
-
 // pollerStarted is the poller's first hook: it anchors PollNanos.
 func (s *shard) pollerStarted() { s.stats.m.started.Store(clock()) }
 
@@ -159,7 +154,7 @@ func (s *shard) burstDone(start int64, n int, err error) {
 }
 
 func (s *shard) burstDoneSlow(start int64, n int, err error) {
-	if err != nil && !errors.Is(err, ErrLinkClosed) {
+	if err != nil && !errors.Is(err, link.ErrClosed) {
 		s.logPollError(err)
 	}
 	if n == 0 || start == 0 {
@@ -180,14 +175,14 @@ func (s *shard) meterTx() { s.tx.queue = &meteredQueue{Queue: s.tx.queue, s: s} 
 
 // meteredQueue observes WriteBurst calls of a shard's TX queue.
 type meteredQueue struct {
-	Queue
+	link.Queue
 	s *shard
 }
 
-func (q *meteredQueue) WriteBurst(frames []TxFrame) (int, error) {
+func (q *meteredQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 	n, err := q.Queue.WriteBurst(frames)
 	q.s.stats.m.txBatch.observe(uint64(len(frames)))
-	if err != nil && !errors.Is(err, ErrLinkClosed) {
+	if err != nil && !errors.Is(err, link.ErrClosed) {
 		q.s.logTxError(err, len(frames)-n)
 	}
 	return n, err
@@ -237,48 +232,9 @@ func (s *shard) metrics(out *ShardMetrics) {
 	out.LogsSuppressed = m.logs.suppressed.Load()
 }
 
-// LinkStatser is implemented by links that count what the engine cannot
-// see: frames lost before the engine's RX burst (a full ring, no free
-// buffer, a malformed descriptor), frames dropped after the link accepted
-// them for sending, and the state of their buffer pools. Stack.Stats reports
-// them in Stats.Link. LinkStats may be called from any goroutine at any
-// time, also after Close (then with the last values or none), and should
-// cost no more than reading counters: scrapes call it.
-type LinkStatser interface {
-	LinkStats() []QueueStats
-}
-
-// QueueStats are a link's own counters for one queue pair, or for the whole
-// device. Links leave at zero what they do not count.
-type QueueStats struct {
-	// Queue is the queue pair (and so the shard) the counters belong to, or
-	// -1 for counters the device keeps for all its queues together.
-	Queue int
-	// RxFrames, RxBytes, TxFrames and TxBytes are the frames the link (or
-	// the device under it) received and sent, as it counts them.
-	RxFrames, RxBytes, TxFrames, TxBytes uint64
-	// RxRingFull counts received frames lost because the RX ring (or the
-	// kernel's queue towards the link) was full: the poller fell behind.
-	RxRingFull uint64
-	// RxNoBuffers counts received frames lost because no free buffer was
-	// available (an empty fill ring, an exhausted mempool).
-	RxNoBuffers uint64
-	// RxBadFrame counts received frames the link discarded as malformed or
-	// truncated before the engine saw them.
-	RxBadFrame uint64
-	// TxDropped counts frames the link accepted from WriteBurst and then
-	// could not send (the engine counts refused ones itself).
-	TxDropped uint64
-	// PoolSize is how many buffers the queue's pool holds; 0: no pool.
-	// PoolFree is how many are free now, PoolFreeMin the lowest PoolFree
-	// seen since the link opened (the watermark: near 0, the pool was
-	// nearly exhausted).
-	PoolSize, PoolFree, PoolFreeMin uint64
-}
-
 // linkStats returns what the link counts, nil if it keeps no counters.
-func (s *Stack) linkStats() []QueueStats {
-	ls, ok := s.cfg.Link.(LinkStatser)
+func (s *Stack) linkStats() []link.QueueStats {
+	ls, ok := s.cfg.Link.(link.Statser)
 	if !ok {
 		return nil
 	}

@@ -20,7 +20,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/internal/xfer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -67,14 +68,14 @@ func udpFrame(dstMAC net.HardwareAddr, dst netip.AddrPort, payload []byte, badCh
 // injector is a stack on one end of a pipe whose other end the test writes.
 type injector struct {
 	stack *polarnet.Stack
-	peer  polarnet.Queue
+	peer  link.Queue
 	mac   net.HardwareAddr
 }
 
 // newInjector builds it; wrap, if set, wraps the stack's end of the pipe.
-func newInjector(t *testing.T, wrap func(polarnet.Link) polarnet.Link, tweak ...func(*polarnet.Config)) *injector {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
-	var l polarnet.Link = la
+func newInjector(t *testing.T, wrap func(link.Link) link.Link, tweak ...func(*polarnet.Config)) *injector {
+	la, lb := pipe.New(pipe.Config{})
+	var l link.Link = la
 	if wrap != nil {
 		l = wrap(la)
 	}
@@ -85,9 +86,9 @@ func newInjector(t *testing.T, wrap func(polarnet.Link) polarnet.Link, tweak ...
 
 func (in *injector) send(t *testing.T, frames ...[]byte) {
 	t.Helper()
-	tx := make([]polarnet.TxFrame, len(frames))
+	tx := make([]link.TxFrame, len(frames))
 	for i, f := range frames {
-		tx[i] = polarnet.TxFrame{Segs: [][]byte{f}}
+		tx[i] = link.TxFrame{Segs: [][]byte{f}}
 	}
 	n, err := in.peer.WriteBurst(tx)
 	require.NoError(t, err)
@@ -194,11 +195,11 @@ func TestStatsMalformedFrameCountsBadFrameOnly(t *testing.T) {
 
 // wrappedLink presents a link's queues through wrap, made once.
 type wrappedLink struct {
-	polarnet.Link
-	queues []polarnet.Queue
+	link.Link
+	queues []link.Queue
 }
 
-func wrapQueues(l polarnet.Link, wrap func(polarnet.Queue) polarnet.Queue) wrappedLink {
+func wrapQueues(l link.Link, wrap func(link.Queue) link.Queue) wrappedLink {
 	w := wrappedLink{Link: l}
 	for _, q := range l.Queues() {
 		w.queues = append(w.queues, wrap(q))
@@ -206,25 +207,25 @@ func wrapQueues(l polarnet.Link, wrap func(polarnet.Queue) polarnet.Queue) wrapp
 	return w
 }
 
-func (l wrappedLink) Queues() []polarnet.Queue { return l.queues }
+func (l wrappedLink) Queues() []link.Queue { return l.queues }
 
 // uncheckedLink clears ChecksumValid on every received frame, as a link
 // without RX checksum offload would leave it.
 type uncheckedLink struct{ wrappedLink }
 
-func newUncheckedLink(l polarnet.Link) polarnet.Link {
-	return uncheckedLink{wrapQueues(l, func(q polarnet.Queue) polarnet.Queue { return uncheckedQueue{q} })}
+func newUncheckedLink(l link.Link) link.Link {
+	return uncheckedLink{wrapQueues(l, func(q link.Queue) link.Queue { return uncheckedQueue{q} })}
 }
 
-func (l uncheckedLink) Info() polarnet.LinkInfo {
+func (l uncheckedLink) Info() link.Info {
 	info := l.Link.Info()
-	info.Caps &^= polarnet.CapRXChecksum
+	info.Caps &^= link.CapRXChecksum
 	return info
 }
 
-type uncheckedQueue struct{ polarnet.Queue }
+type uncheckedQueue struct{ link.Queue }
 
-func (q uncheckedQueue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q uncheckedQueue) ReadBurst(frames []link.RxFrame) (int, error) {
 	n, err := q.Queue.ReadBurst(frames)
 	for i := range n {
 		frames[i].ChecksumValid = false
@@ -255,7 +256,7 @@ func TestStatsBadChecksumCountsChecksumOnly(t *testing.T) {
 }
 
 func TestStatsTCPTrafficMovesEngineCounters(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	for range 4 {
 		c, s := connPair(t, a, b, addrB.Addr())
 		require.NoError(t, xfer.Exchange(c, s, 256<<10))
@@ -294,17 +295,30 @@ func TestStatsTCPTrafficMovesEngineCounters(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.NotZero(t, total.TCP.ActiveConnectionOpenings.Value())
 	assert.Equal(t, uint64(4), total.TCP.ActiveConnectionOpenings.Value())
+
+	// ProtocolCounters says the same without gVisor's types, in the
+	// catalogue's order.
+	counters := a.ProtocolCounters()
+	require.Len(t, counters, len(polarnet.ProtocolCatalogue()))
+	byPath := map[string]polarnet.ProtocolCounter{}
+	for i, c := range counters {
+		assert.Equal(t, polarnet.ProtocolCatalogue()[i].Path, c.Path)
+		byPath[c.Path] = c
+	}
+	assert.Equal(t, uint64(4), byPath["TCP.ActiveConnectionOpenings"].Value)
+	assert.False(t, byPath["TCP.ActiveConnectionOpenings"].Gauge)
+	assert.True(t, byPath["TCP.CurrentEstablished"].Gauge)
 }
 
 // lossyQueue drops every nth data frame written to it.
 type lossyQueue struct {
-	polarnet.Queue
+	link.Queue
 	every   uint64
 	written *atomic.Uint64
-	keep    []polarnet.TxFrame
+	keep    []link.TxFrame
 }
 
-func (q *lossyQueue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *lossyQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 	q.keep = q.keep[:0]
 	for _, f := range frames {
 		if q.written.Add(1)%q.every != 0 || f.Len() < 200 {
@@ -318,9 +332,9 @@ func (q *lossyQueue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 }
 
 func TestStatsLossCountsRetransmits(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	written := new(atomic.Uint64)
-	lossy := wrapQueues(la, func(q polarnet.Queue) polarnet.Queue { return &lossyQueue{Queue: q, every: 40, written: written} })
+	lossy := wrapQueues(la, func(q link.Queue) link.Queue { return &lossyQueue{Queue: q, every: 40, written: written} })
 	a := newStack(t, lossy, addrA, addrA6)
 	b := newStack(t, lb, addrB, addrB6)
 	c, s := connPair(t, a, b, addrB.Addr())
@@ -334,25 +348,25 @@ func TestStatsLossCountsRetransmits(t *testing.T) {
 
 // statsLink is a pipe end that also reports link counters.
 type statsLink struct {
-	polarnet.Link
-	stats []polarnet.QueueStats
+	link.Link
+	stats []link.QueueStats
 }
 
-func (l statsLink) LinkStats() []polarnet.QueueStats { return l.stats }
+func (l statsLink) LinkStats() []link.QueueStats { return l.stats }
 
 func TestStatsReportsLinkCounters(t *testing.T) {
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
-	want := []polarnet.QueueStats{{Queue: 0, RxRingFull: 3, RxNoBuffers: 2, PoolSize: 64, PoolFree: 60, PoolFreeMin: 10}}
+	la, _ := pipe.New(pipe.Config{})
+	want := []link.QueueStats{{Queue: 0, RxRingFull: 3, RxNoBuffers: 2, PoolSize: 64, PoolFree: 60, PoolFreeMin: 10}}
 	st := newStack(t, statsLink{Link: la, stats: want}, addrA, addrA6)
 	assert.Equal(t, want, st.Stats().Link)
 }
 
 // failingQueue fails every ReadBurst.
-type failingQueue struct{ polarnet.Queue }
+type failingQueue struct{ link.Queue }
 
 var errDeviceGone = errors.New("device gone")
 
-func (q failingQueue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q failingQueue) ReadBurst(frames []link.RxFrame) (int, error) {
 	if _, err := q.Queue.ReadBurst(frames); err != nil {
 		return 0, err
 	}
@@ -393,8 +407,8 @@ func (h *recordingHandler) messages() []string {
 
 func TestLogsRateLimitPollErrors(t *testing.T) {
 	h := &recordingHandler{}
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
-	failing := wrapQueues(la, func(q polarnet.Queue) polarnet.Queue { return failingQueue{q} })
+	la, _ := pipe.New(pipe.Config{})
+	failing := wrapQueues(la, func(q link.Queue) link.Queue { return failingQueue{q} })
 	st := newStack(t, failing, addrA, addrA6, func(c *polarnet.Config) {
 		c.Logger = slog.New(h)
 		c.Poll = polarnet.PollBusy

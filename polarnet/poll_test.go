@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -32,7 +32,7 @@ func TestAdaptivePollersNeverHoldEveryP(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", tc.procs), func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(tc.procs))
-			a, z := newPair(t, linktest.PipeConfig{MTU: 65535}, func(c *polarnet.Config) { c.SpinBudget = time.Hour })
+			a, z := newPair(t, pipe.Config{MTU: 65535}, func(c *polarnet.Config) { c.SpinBudget = time.Hour })
 			client, server := connPair(t, a, z, addrB.Addr())
 			go echo4K(server)
 			aBefore, zBefore := a.Stats().Total.PollWakeups, z.Stats().Total.PollWakeups

@@ -17,6 +17,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 const (
@@ -35,7 +37,7 @@ type shard struct {
 	owner   *Stack
 	stack   *stack.Stack
 	clock   *shardClock
-	queue   Queue
+	queue   link.Queue
 	ep      *nicEndpoint
 	tx      *txQueue
 	stats   shardCounters
@@ -44,7 +46,7 @@ type shard struct {
 	mode    PollMode
 	spin    time.Duration
 	cpu     int // pinned to this CPU; -1: not pinned
-	rx      []RxFrame
+	rx      []link.RxFrame
 	rxViews []*buffer.View
 	gro     *rxGRO // gro.go; nil when Config.DisableGRO
 	// flowKeys and lone are markLone's (gro.go) per-burst scratch and result.
@@ -75,7 +77,7 @@ type shardCounters struct {
 	m                                  shardMetrics // metrics.go
 }
 
-func newShard(st *Stack, id int, q Queue) (*shard, error) {
+func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 	cfg := &st.cfg
 	info := cfg.Link.Info()
 	s := &shard{
@@ -89,7 +91,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 		maxRx:  cfg.MTU + header.EthernetMinimumSize,
 		done:   make(chan struct{}),
 	}
-	if info.Caps&CapGSO != 0 {
+	if info.Caps&link.CapGSO != 0 {
 		// A link that segments for us may also hand us coalesced frames.
 		s.maxRx = info.RxFrameSize
 	}
@@ -118,7 +120,7 @@ func newShard(st *Stack, id int, q Queue) (*shard, error) {
 		s.stack.Destroy()
 		return nil, err
 	}
-	s.rx = make([]RxFrame, rxBurstSize)
+	s.rx = make([]link.RxFrame, rxBurstSize)
 	s.rxViews = make([]*buffer.View, rxBurstSize)
 	s.flowKeys, s.lone = make([]uint64, rxBurstSize), make([]bool, rxBurstSize)
 	for i := range s.rx {
@@ -177,13 +179,13 @@ func (s *shard) configure(cfg *Config) error {
 func (s *shard) refill(i int) {
 	if s.rxSize > buffer.MaxChunkSize {
 		if s.rx[i].Buf == nil {
-			s.rx[i] = RxFrame{Buf: make([]byte, s.rxSize)}
+			s.rx[i] = link.RxFrame{Buf: make([]byte, s.rxSize)}
 		}
 		return
 	}
 	v := buffer.NewViewSize(s.rxSize)
 	s.rxViews[i] = v
-	s.rx[i] = RxFrame{Buf: v.AsSlice()}
+	s.rx[i] = link.RxFrame{Buf: v.AsSlice()}
 }
 
 // payload turns the frame in RX slot i into a packet payload, its first
@@ -273,7 +275,7 @@ func (s *shard) poll() {
 		}
 		s.burstDone(start, n, err)
 		if err != nil {
-			if errors.Is(err, ErrLinkClosed) {
+			if errors.Is(err, link.ErrClosed) {
 				return
 			}
 			s.stats.pollErrors.Add(1)
@@ -331,7 +333,7 @@ func (s *shard) sleep() bool {
 	s.tx.pollerAwake.Store(true)
 	s.stats.pollWakeups.Add(1)
 	if err != nil {
-		if errors.Is(err, ErrLinkClosed) {
+		if errors.Is(err, link.ErrClosed) {
 			return false
 		}
 		// A device in trouble (deleted, carrier lost) may fail every wait:
@@ -488,6 +490,6 @@ func (s *shard) releaseRx() {
 			v.Release()
 		}
 		s.rxViews[i] = nil
-		s.rx[i] = RxFrame{}
+		s.rx[i] = link.RxFrame{}
 	}
 }

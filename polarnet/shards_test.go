@@ -15,7 +15,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/xfer"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -24,11 +25,11 @@ import (
 // rule is symmetric), unless one of them has its queues crossed, as below.
 
 // crossedQueues presents a link's queues in reverse order.
-type crossedQueues struct{ polarnet.Link }
+type crossedQueues struct{ link.Link }
 
-func (c crossedQueues) Queues() []polarnet.Queue {
+func (c crossedQueues) Queues() []link.Queue {
 	q := c.Link.Queues()
-	out := make([]polarnet.Queue, len(q))
+	out := make([]link.Queue, len(q))
 	for i := range q {
 		out[len(q)-1-i] = q[i]
 	}
@@ -36,7 +37,7 @@ func (c crossedQueues) Queues() []polarnet.Queue {
 }
 
 func TestShardsSoftwareSteering(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	la, lb := pipe.New(pipe.Config{Queues: 2})
 	a := newStack(t, la, addrA, addrA6)
 	b := newStack(t, crossedQueues{lb}, addrB, addrB6)
 	require.Len(t, a.Stats().Shards, 2)
@@ -62,7 +63,7 @@ func TestShardsSoftwareSteering(t *testing.T) {
 }
 
 func TestShardsSteeredPipeNeedsNoHandoff(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	for range 16 {
 		c, s := connPair(t, a, b, addrB.Addr())
 		require.NoError(t, xfer.Exchange(c, s, 64<<10))
@@ -73,7 +74,7 @@ func TestShardsSteeredPipeNeedsNoHandoff(t *testing.T) {
 }
 
 func TestShardsConcurrentConnections(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	ln, err := b.ListenTCP("tcp", netip.AddrPortFrom(addrB.Addr(), 0), 0, net.KeepAliveConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
@@ -147,7 +148,7 @@ func readAll(c net.Conn) (string, int, error) {
 }
 
 func TestShardsNetTestConn(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 		client, srv := connPair(t, a, b, addrB.Addr())
 		return client, srv, func() { client.Close(); srv.Close() }, nil
@@ -155,7 +156,7 @@ func TestShardsNetTestConn(t *testing.T) {
 }
 
 func TestShardsUDPAndPing(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+	a, b := newPair(t, pipe.Config{Queues: 2})
 	srv, err := b.ListenUDP("udp", netip.AddrPortFrom(addrB.Addr(), 0))
 	require.NoError(t, err)
 	defer srv.Close()
@@ -186,7 +187,7 @@ func TestShardsUDPAndPing(t *testing.T) {
 func TestShardsCloseLeavesNothingBehind(t *testing.T) {
 	snap := leakcheck.Take()
 	func() {
-		a, b := newPair(t, linktest.PipeConfig{Queues: 2})
+		a, b := newPair(t, pipe.Config{Queues: 2})
 		for range 4 {
 			c, s := connPair(t, a, b, addrB.Addr())
 			require.NoError(t, xfer.Exchange(c, s, 64<<10))
@@ -198,12 +199,12 @@ func TestShardsCloseLeavesNothingBehind(t *testing.T) {
 }
 
 func TestPinnedBusyPollers(t *testing.T) {
-	a, b := newPair(t, linktest.PipeConfig{Queues: 2}, func(c *polarnet.Config) {
+	a, b := newPair(t, pipe.Config{Queues: 2}, func(c *polarnet.Config) {
 		c.Poll = polarnet.PollBusy
 		c.CPUs = []int{0}
 	})
 	c, s := connPair(t, a, b, addrB.Addr())
 	require.NoError(t, xfer.Exchange(c, s, 1<<20))
-	_, err := polarnet.New(polarnet.Config{Link: func() polarnet.Link { l, _ := linktest.Pipe(linktest.PipeConfig{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
+	_, err := polarnet.New(polarnet.Config{Link: func() link.Link { l, _ := pipe.New(pipe.Config{}); return l }(), Addrs: []netip.Prefix{addrA}, CPUs: []int{4096}})
 	assert.ErrorContains(t, err, "CPU 4096")
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestBufferSizesClamped(t *testing.T) {
 	const bufMax = 64 << 10
 	r := polarnet.BufferRange{Min: 4 << 10, Default: 16 << 10, Max: bufMax}
-	a, b := newPair(t, linktest.PipeConfig{}, func(c *polarnet.Config) { c.TCP.SendBuffer, c.TCP.ReceiveBuffer = r, r })
+	a, b := newPair(t, pipe.Config{}, func(c *polarnet.Config) { c.TCP.SendBuffer, c.TCP.ReceiveBuffer = r, r })
 	c, s := connPair(t, a, b, addrB.Addr())
 	require.NoError(t, c.SetWriteBuffer(1<<30))
 	require.NoError(t, s.SetReadBuffer(1<<30))

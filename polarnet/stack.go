@@ -13,6 +13,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // Stack is a userspace TCP/IP stack on one link: one shard (a gVisor stack
@@ -20,7 +22,7 @@ import (
 type Stack struct {
 	cfg     Config
 	shards  []*shard
-	steerer Steerer // nil: the link's spread is unknown, PortSteering applies
+	steerer link.Steerer // nil: the link's spread is unknown, PortSteering applies
 	conns   atomic.Int64
 	// kernelDials and kernelAccepts: see Stats.
 	kernelDials, kernelAccepts atomic.Uint64
@@ -50,7 +52,7 @@ func New(cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
 	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs)}
-	s.steerer, _ = cfg.Link.(Steerer)
+	s.steerer, _ = cfg.Link.(link.Steerer)
 	for i, q := range queues {
 		sh, err := newShard(s, i, q)
 		if err != nil {

@@ -1,15 +1,19 @@
 package polarnet
 
-import "gvisor.dev/gvisor/pkg/tcpip"
+import (
+	"gvisor.dev/gvisor/pkg/tcpip"
+
+	"github.com/polarnet/polarnet/link"
+)
 
 // Stats are a stack's counters: per shard, and summed.
 type Stats struct {
 	Shards []ShardStats
 	Total  ShardStats
 	// LinkName is the link's name; Link holds the counters it keeps itself,
-	// nil unless it implements LinkStatser (see metrics.go).
+	// nil unless it implements link.Statser (see metrics.go).
 	LinkName string
-	Link     []QueueStats
+	Link     []link.QueueStats
 	// Conns is the number of the stack's open TCP conns. KernelDials and
 	// KernelAccepts count the conns that the kernel interop policy gave to
 	// Go's net instead (see Stack.CountKernelConn) since New: dials, and

@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // txBatchSize is how many frames the TX queue collects before it writes them
@@ -21,8 +23,8 @@ const txBatchSize = 64
 // way out the ACK filter drops pure ACKs a later segment makes redundant, and
 // may hold a pure ACK back for a segment to carry it (ackfilter.go).
 type txQueue struct {
-	queue    Queue
-	linkCaps Capabilities
+	queue    link.Queue
+	linkCaps link.Capabilities
 	stats    *shardCounters
 	filter   bool
 	delay    time.Duration // 0: pure ACKs are never held
@@ -47,7 +49,7 @@ type txQueue struct {
 	// retrying counts the packets at the front of pending that a full ring
 	// refused in the last flush.
 	retrying int
-	frames   []TxFrame
+	frames   []link.TxFrame
 	iovecs   [][]byte
 	drop     []bool
 	hold     []bool
@@ -80,7 +82,7 @@ const txBacklogMax = 4 * txBatchSize
 
 var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
-func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock) *txQueue {
+func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock) *txQueue {
 	t := &txQueue{
 		queue:     q,
 		linkCaps:  caps,
@@ -91,7 +93,7 @@ func newTxQueue(q Queue, caps Capabilities, mtu int, stats *shardCounters, ack A
 		pending:   make([]*stack.PacketBuffer, 0, txBatchSize),
 		heldAt:    make([]int64, 0, txBatchSize),
 		segs:      make([]segment, 0, txBatchSize),
-		frames:    make([]TxFrame, txBatchSize),
+		frames:    make([]link.TxFrame, txBatchSize),
 		iovecs:    make([][]byte, 0, 4*txBatchSize),
 		drop:      make([]bool, txBatchSize),
 		hold:      make([]bool, txBatchSize),
@@ -118,7 +120,7 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	q.pending = append(q.pending, pkt.IncRef())
 	q.heldAt = append(q.heldAt, 0)
 	q.segs = append(q.segs, seg)
-	if q.linkCaps&CapTXChecksum != 0 {
+	if q.linkCaps&link.CapTXChecksum != 0 {
 		f, isFragment := fragmentOfHeader(pkt.NetworkProtocolNumber, seg.network)
 		more := isFragment && f.more
 		if more && !q.fragmenting {
@@ -173,7 +175,7 @@ func (q *txQueue) scratch(n int) {
 		return
 	}
 	q.drop, q.hold, q.brief = make([]bool, n), make([]bool, n), make([]bool, n)
-	q.frames, q.sent, q.unsent = make([]TxFrame, n), make([]int, n), make([]bool, n)
+	q.frames, q.sent, q.unsent = make([]link.TxFrame, n), make([]int, n), make([]bool, n)
 }
 
 func (q *txQueue) flushLocked() {
@@ -214,7 +216,7 @@ func (q *txQueue) flushLocked() {
 			q.iovecs = append(q.iovecs, b[off:])
 			off = 0
 		}
-		frames = append(frames, TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt, &segs[i])})
+		frames = append(frames, link.TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt, &segs[i])})
 		sent = append(sent, i)
 	}
 	if len(frames) > 0 {
@@ -384,7 +386,7 @@ func (q *txQueue) release() {
 // write hands frames to the link. When its ring is full, the packets of the
 // frames it refused (sent[i] is frame i's pending index) are marked unsent,
 // to go out with the next flush, as long as the backlog stays bounded.
-func (q *txQueue) write(frames []TxFrame, sent []int, unsent []bool) {
+func (q *txQueue) write(frames []link.TxFrame, sent []int, unsent []bool) {
 	n, err := q.queue.WriteBurst(frames)
 	var bytes uint64
 	for i := range n {
@@ -419,23 +421,23 @@ func (q *txQueue) backlogged() bool {
 // offload translates gVisor's GSO options into link offload requests, and
 // seeds the pseudo-header checksum of packets gVisor left blank because the
 // NIC advertises TX checksum offload.
-func (q *txQueue) offload(pkt *stack.PacketBuffer, seg *segment) TxOffload {
-	if q.linkCaps&CapTXChecksum == 0 {
-		return TxOffload{}
+func (q *txQueue) offload(pkt *stack.PacketBuffer, seg *segment) link.TxOffload {
+	if q.linkCaps&link.CapTXChecksum == 0 {
+		return link.TxOffload{}
 	}
 	l3 := uint16(header.EthernetMinimumSize + len(seg.network))
 	l4 := seg.transport
 	gso := pkt.GSOOptions
 	if gso.Type != stack.GSONone && gso.NeedsCsum {
-		off := TxOffload{
+		off := link.TxOffload{
 			NeedsChecksum:  true,
 			ChecksumStart:  l3,
 			ChecksumOffset: gso.CsumOffset,
 		}
 		if payload := pkt.Data().Size(); gso.MSS > 0 && payload > int(gso.MSS) {
-			off.GSO = GSOTCPv4
+			off.GSO = link.GSOTCPv4
 			if gso.Type == stack.GSOTCPv6 {
-				off.GSO = GSOTCPv6
+				off.GSO = link.GSOTCPv6
 			}
 			off.GSOSize = gso.MSS
 			off.HeaderLen = l3 + uint16(len(l4))
@@ -449,10 +451,10 @@ func (q *txQueue) offload(pkt *stack.PacketBuffer, seg *segment) TxOffload {
 	case header.UDPProtocolNumber:
 		csumOffset = udpChecksumOffset
 	default:
-		return TxOffload{}
+		return link.TxOffload{}
 	}
 	if len(l4) < int(csumOffset)+2 {
-		return TxOffload{}
+		return link.TxOffload{}
 	}
 	// Read the addresses off the header directly: pkt.Network() boxes the
 	// header in an interface, an allocation per packet.
@@ -463,13 +465,13 @@ func (q *txQueue) offload(pkt *stack.PacketBuffer, seg *segment) TxOffload {
 	case header.IPv6ProtocolNumber:
 		src, dst = header.IPv6(nh).SourceAddress(), header.IPv6(nh).DestinationAddress()
 	default:
-		return TxOffload{}
+		return link.TxOffload{}
 	}
 	length := uint16(len(l4) + pkt.Data().Size())
 	sum := header.PseudoHeaderChecksum(pkt.TransportProtocolNumber, src, dst, length)
 	l4[csumOffset] = byte(sum >> 8)
 	l4[csumOffset+1] = byte(sum)
-	return TxOffload{NeedsChecksum: true, ChecksumStart: l3, ChecksumOffset: csumOffset}
+	return link.TxOffload{NeedsChecksum: true, ChecksumStart: l3, ChecksumOffset: csumOffset}
 }
 
 // udpChecksumOffset is where the checksum sits in a UDP header.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -25,7 +25,7 @@ import (
 func TestLocalWakeupsAreReleased(t *testing.T) {
 	for _, mode := range []polarnet.PollMode{polarnet.PollAdaptive, polarnet.PollBlocking, polarnet.PollBusy} {
 		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			a, z := newPair(t, linktest.PipeConfig{MTU: 65535}, func(c *polarnet.Config) { c.Poll = mode })
+			a, z := newPair(t, pipe.Config{MTU: 65535}, func(c *polarnet.Config) { c.Poll = mode })
 			const conns, rounds = 16, 50
 			var wg sync.WaitGroup
 			for range conns {

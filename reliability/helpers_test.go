@@ -21,6 +21,7 @@ import (
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
@@ -229,14 +230,14 @@ const floodBurst = 32
 // startFlood starts a flooder writing frames made by next on q, at most
 // rate frames a second (0: as fast as q takes them). next runs on the
 // flooder's goroutine only.
-func startFlood(q polarnet.Queue, max, rate int, next func() []byte) *flooder {
+func startFlood(q link.Queue, max, rate int, next func() []byte) *flooder {
 	ctx, cancel := context.WithTimeout(context.Background(), ioBound)
 	f := &flooder{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		start := time.Now()
 		defer func() { f.elapsed = time.Since(start) }()
-		burst := make([]polarnet.TxFrame, floodBurst)
+		burst := make([]link.TxFrame, floodBurst)
 		for f.sent.Load() < int64(max) && ctx.Err() == nil {
 			if rate > 0 {
 				due := start.Add(time.Duration(f.sent.Load()) * time.Second / time.Duration(rate))
@@ -244,7 +245,7 @@ func startFlood(q polarnet.Queue, max, rate int, next func() []byte) *flooder {
 			}
 			n := min(floodBurst, max-int(f.sent.Load()))
 			for i := range n {
-				burst[i] = polarnet.TxFrame{Segs: [][]byte{next()}}
+				burst[i] = link.TxFrame{Segs: [][]byte{next()}}
 			}
 			for off := 0; off < n && ctx.Err() == nil; {
 				k, err := q.WriteBurst(burst[off:n])

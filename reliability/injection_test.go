@@ -15,8 +15,8 @@ import (
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestInjectionFloods floods an established connection, which streams data
@@ -33,7 +33,7 @@ import (
 func TestInjectionFloods(t *testing.T) {
 	const heapBound = 32 << 20
 	watch := new(flowWatch)
-	e := newEnv(t, taptopo.Options{Wrap: func(l polarnet.Link) polarnet.Link { return capture.New(l, watch) }})
+	e := newEnv(t, taptopo.Options{Wrap: func(l link.Link) link.Link { return capture.New(l, watch) }})
 	c, k := e.dial(t, kpeer.Listen(t, e.NS, kernel4))
 	src, dst := k.LocalAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort()
 	watch.watch(dst.Port())

@@ -14,15 +14,15 @@ import (
 
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // send writes frames from the kernel side, all of them.
-func send(t *testing.T, q polarnet.Queue, frames ...[]byte) {
+func send(t *testing.T, q link.Queue, frames ...[]byte) {
 	t.Helper()
 	for _, f := range frames {
-		n, err := q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{f}}})
+		n, err := q.WriteBurst([]link.TxFrame{{Segs: [][]byte{f}}})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	}
@@ -38,7 +38,7 @@ func TestNoForwarding(t *testing.T) {
 		netip.MustParseAddr("fd00:198:18:100::77"), netip.MustParseAddr("fd00:198:18:101::1"),
 	}
 	out := &sentTo{dsts: dsts}
-	e := newEnv(t, taptopo.Options{Wrap: func(l polarnet.Link) polarnet.Link { return capture.New(l, out) }})
+	e := newEnv(t, taptopo.Options{Wrap: func(l link.Link) link.Link { return capture.New(l, out) }})
 	raw := e.raw(t)
 	var frames [][]byte
 	for _, dst := range dsts {

@@ -20,6 +20,7 @@ import (
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/impair"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -95,7 +96,7 @@ func TestSoak(t *testing.T) {
 		// Every frame a wire packet, so that loss and reordering hit
 		// packets, not 64 KiB GSO frames.
 		DisableOffloads: true,
-		Wrap: func(l polarnet.Link) polarnet.Link {
+		Wrap: func(l link.Link) link.Link {
 			impaired = impair.New(l, imp)
 			return impaired
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -45,7 +46,7 @@ func TestTinyMSS(t *testing.T) {
 				role = "dial"
 			}
 			t.Run(fmt.Sprintf("MSS %d to a %s", mss, role), func(t *testing.T) {
-				p := &rawPeer{e: e, q: raw, rx: make([]polarnet.RxFrame, 32)}
+				p := &rawPeer{e: e, q: raw, rx: make([]link.RxFrame, 32)}
 				p.addr = netip.AddrPortFrom(spoofed.Addr().Next().Next(), uint16(40000+2*i))
 				sent := make(chan error, 1)
 				send := func(c *polarnet.TCPConn) {
@@ -137,7 +138,7 @@ type rawPeer struct {
 	e           *env
 	q           *linktest.PacketSocketLink
 	addr, stack netip.AddrPort
-	rx          []polarnet.RxFrame
+	rx          []link.RxFrame
 	queued      [][]byte
 }
 
@@ -145,7 +146,7 @@ type rawPeer struct {
 // scaling: at most 64 KiB in flight.
 func (p *rawPeer) send(seq, ack uint32, flags uint8, opts []byte) error {
 	f := p.e.forge(frame.TCPSpec{Src: p.addr, Dst: p.stack, Seq: seq, Ack: ack, Flags: flags, Window: 0xffff, Options: opts})
-	_, err := p.q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{f}}})
+	_, err := p.q.WriteBurst([]link.TxFrame{{Segs: [][]byte{f}}})
 	return err
 }
 

@@ -11,13 +11,13 @@ import (
 	"strings"
 )
 
-// modulePath is the module whose examples/rpcbench bench builds.
+// modulePath is the module whose cmd/rpcbench bench builds.
 const modulePath = "github.com/polarnet/polarnet"
 
 // benchCmd runs rpcbench's compare mode. rpcbench is a program of its own
-// (examples/rpcbench, package main, no reusable package), so bench runs its
+// (cmd/rpcbench, package main, no reusable package), so bench runs its
 // binary: -rpcbench PATH, else rpcbench on PATH, else one built with
-// `go build ./examples/rpcbench` from the polarnet module the working
+// `go build ./cmd/rpcbench` from the polarnet module the working
 // directory is in. Every other argument goes to `rpcbench compare`.
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	bin, rest, err := rpcbenchBinary(args, exec.LookPath, buildRPCBench)
@@ -68,7 +68,7 @@ func rpcbenchBinary(args []string, lookPath func(string) (string, error), build 
 	return p, rest, err
 }
 
-// buildRPCBench builds examples/rpcbench of the polarnet module found at or
+// buildRPCBench builds cmd/rpcbench of the polarnet module found at or
 // above the working directory into a temporary directory.
 func buildRPCBench() (string, error) {
 	root, err := moduleRoot()
@@ -80,12 +80,12 @@ func buildRPCBench() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "rpcbench")
-	cmd := exec.Command("go", "build", "-o", bin, "./examples/rpcbench")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/rpcbench")
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./examples/rpcbench: %v\n%s", err, out.String())
+		return "", fmt.Errorf("go build ./cmd/rpcbench: %v\n%s", err, out.String())
 	}
 	return bin, nil
 }

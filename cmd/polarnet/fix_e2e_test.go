@@ -79,7 +79,7 @@ func TestFixedProgramRunsOverTAP(t *testing.T) {
 // it, whose kernel side has e2eKernel; a program in the namespace attaches
 // to it by name. It returns the namespace and the device's name.
 func tapNamespace(t *testing.T) (*netns.NS, string) {
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	dev := netns.UniqueName("pnt")
 	l, err := tap.New(tap.Config{Name: dev, Persist: true})
 	require.NoError(t, err)

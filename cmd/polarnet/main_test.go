@@ -23,7 +23,8 @@ import (
 	"github.com/polarnet/polarnet/cmd/polarnet/internal/doctor"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/metrics/prom"
 	"github.com/polarnet/polarnet/polarnet"
@@ -124,8 +125,8 @@ func TestDoctorExitCodeWithFakeEnv(t *testing.T) {
 // startLoad runs two stacks over a pipe with request/response traffic and
 // serves the client stack's metrics; it returns the URL.
 func startLoad(t *testing.T) string {
-	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
-	mk := func(l polarnet.Link, addr string) *polarnet.Stack {
+	la, lb := pipe.New(pipe.Config{Queues: 2})
+	mk := func(l link.Link, addr string) *polarnet.Stack {
 		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 		require.NoError(t, err)
 		t.Cleanup(func() { st.Close() })

@@ -19,7 +19,7 @@ import (
 
 	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
@@ -43,7 +43,7 @@ func main() {
 // runPipe joins two stacks with an in-memory link and serves HTTP from one
 // to the other.
 func runPipe() error {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client, err := polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")}})
 	if err != nil {
 		return err

@@ -9,7 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -19,7 +20,7 @@ import (
 // test. A process has one default stack, hence the switch. It returns the
 // server's address.
 func ServerThenClient(t *testing.T, port uint16, serve func(addr string) error) netip.AddrPort {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	client := newStack(t, la, "198.18.0.1/24")
 	server := newStack(t, lb, "198.18.0.2/24")
 	addr := netip.AddrPortFrom(netip.MustParseAddr("198.18.0.2"), port)
@@ -38,7 +39,7 @@ func ServerThenClient(t *testing.T, port uint16, serve func(addr string) error) 
 	return addr
 }
 
-func newStack(t *testing.T, l polarnet.Link, prefix string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, prefix string) *polarnet.Stack {
 	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(prefix)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })

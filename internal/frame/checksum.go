@@ -1,22 +1,40 @@
 package frame
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Sum adds b to the running one's complement sum acc (not folded); an odd
-// trailing byte is padded with zero, as RFC 1071 says.
+// trailing byte is padded with zero, as RFC 1071 says. Links run it on every
+// frame whose checksum they check or complete, so it adds 64-bit
+// little-endian words with carry and swaps the bytes of the folded result,
+// which RFC 1071 shows to be the same sum.
 func Sum(b []byte, acc uint64) uint64 {
+	var s, carry uint64
+	for len(b) >= 32 {
+		s, carry = bits.Add64(s, binary.LittleEndian.Uint64(b), carry)
+		s, carry = bits.Add64(s, binary.LittleEndian.Uint64(b[8:]), carry)
+		s, carry = bits.Add64(s, binary.LittleEndian.Uint64(b[16:]), carry)
+		s, carry = bits.Add64(s, binary.LittleEndian.Uint64(b[24:]), carry)
+		b = b[32:]
+	}
 	for len(b) >= 8 {
-		acc += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		s, carry = bits.Add64(s, binary.LittleEndian.Uint64(b), carry)
 		b = b[8:]
 	}
-	for len(b) >= 2 {
-		acc += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
+	s, carry = bits.Add64(s, carry, 0)
+	s += carry
+	var tail uint64
+	for i, c := range b { // at most 7 bytes
+		tail += uint64(c) << (8 * i)
 	}
-	if len(b) == 1 {
-		acc += uint64(b[0]) << 8
-	}
-	return acc
+	s, carry = bits.Add64(s, tail, 0)
+	s += carry
+	// Fold 64 -> 16 bits; the result is the little-endian sum.
+	s = s>>32 + s&0xffffffff
+	s = s>>32 + s&0xffffffff
+	return acc + uint64(bits.ReverseBytes16(Fold(s)))
 }
 
 // Fold folds a running sum into 16 bits (not complemented).
@@ -143,4 +161,57 @@ func ClampMSS(f []byte, p Packet, mss uint16) bool {
 		}
 	}
 	return false
+}
+
+// RxChecksum is what CheckRX found.
+type RxChecksum uint8
+
+const (
+	RxUnknown RxChecksum = iota // not TCP or UDP, malformed, a fragment: the engine decides
+	RxGood                      // verified
+	RxPartial                   // the pseudo-header sum only: CHECKSUM_PARTIAL from the local kernel
+	RxBad
+)
+
+// CheckRX examines the IPv4 header checksum and the TCP or UDP checksum of
+// a received frame, for links that verify checksums in software. For a
+// partial checksum it also returns where the checksum field is in f and the
+// checksum that completes it.
+func CheckRX(f []byte) (res RxChecksum, field int, complete uint16) {
+	p, ok := Parse(f)
+	if !ok || p.Fragment {
+		return RxUnknown, 0, 0
+	}
+	if !IPv4HeaderOK(f, p) {
+		return RxBad, 0, 0
+	}
+	off, _, ok := checksumField(p)
+	if !ok || p.Proto != ProtoTCP && p.Proto != ProtoUDP {
+		return RxUnknown, 0, 0
+	}
+	seg := f[p.L4:p.End]
+	if p.Proto == ProtoTCP && len(seg) < TCPLen || p.Proto == ProtoUDP && len(seg) < UDPLen {
+		return RxUnknown, 0, 0
+	}
+	if p.Proto == ProtoUDP && p.EtherType == EtherTypeIPv4 && binary.BigEndian.Uint16(seg[off:]) == 0 {
+		return RxUnknown, 0, 0 // IPv4 UDP without a checksum
+	}
+	pseudo := Fold(PseudoHeaderSum(p, len(seg)))
+	segSum := Fold(Sum(seg, 0))
+	if Fold(uint64(segSum)+uint64(pseudo)) == 0xffff {
+		return RxGood, 0, 0
+	}
+	// Linux puts the folded pseudo-header sum in the field of a
+	// CHECKSUM_PARTIAL packet (~tcp_v4_check(len, saddr, daddr, 0)); the
+	// two representations of zero are the same sum. The field seeds the
+	// sum as it does for a NIC completing it, so the complement of the
+	// segment's sum is the checksum.
+	if got := binary.BigEndian.Uint16(seg[off:]); got == pseudo || (got == 0xffff && pseudo == 0) || (got == 0 && pseudo == 0xffff) {
+		complete = ^segSum
+		if complete == 0 {
+			complete = 0xffff
+		}
+		return RxPartial, p.L4 + off, complete
+	}
+	return RxBad, 0, 0
 }

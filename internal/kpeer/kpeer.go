@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/polarnet"
@@ -128,15 +127,15 @@ func HTTP(t *testing.T, st *polarnet.Stack, ns *netns.NS, kernel, local netip.Ad
 	})
 }
 
-// ExchangeViaDefault dials a kernel listener in ns on kernel with
-// dialer.Dial, which must come out of the default polarnet stack (a
-// *polarnet.TCPConn), and exchanges size bytes each way with it.
-func ExchangeViaDefault(t testing.TB, ns *netns.NS, kernel netip.Addr, size int64) {
+// ExchangeVia dials a kernel listener in ns on kernel with dial, whose conn
+// must come out of a polarnet stack (a *polarnet.TCPConn: dialer.Dial with
+// a default stack set), and exchanges size bytes each way with it.
+func ExchangeVia(t testing.TB, dial func(network, addr string) (net.Conn, error), ns *netns.NS, kernel netip.Addr, size int64) {
 	t.Helper()
 	ln := Listen(t, ns, kernel)
 	accepted := make(chan net.Conn, 1)
 	go func() { c, _ := ln.Accept(); accepted <- c }()
-	c, err := dialer.Dial("tcp", ln.Addr().String())
+	c, err := dial("tcp", ln.Addr().String())
 	require.NoError(t, err)
 	defer c.Close()
 	require.IsType(t, &polarnet.TCPConn{}, c)

@@ -1,9 +1,9 @@
-// Package netns builds network topologies for tests out of network
-// namespaces and veth pairs, using iproute2's ip command.
-//
-// Everything it creates is removed by t.Cleanup, which also runs when a test
-// fails or is skipped midway. Names carry a random suffix so that tests of
-// different packages, which go test runs in parallel, never collide.
+// Package netns builds network topologies out of network namespaces and
+// veth pairs, using iproute2's ip command, for tests (through testenv.NewNS
+// and testenv.Veth, which remove what they create when the test ends) and
+// for tools and examples, which delete what they create themselves. Names
+// carry a random suffix so that tests of different packages, which go test
+// runs in parallel, never collide.
 package netns
 
 import (
@@ -19,11 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/polarnet/polarnet/internal/testenv"
 )
 
 // maxIfName is the longest interface name Linux accepts (IFNAMSIZ - 1).
@@ -35,32 +32,6 @@ const minSuffix = 6
 
 // NS is a named network namespace created for a test.
 type NS struct{ Name string }
-
-// New creates a uniquely named namespace (prefix "pn-" + short random suffix,
-// name <= 15 chars), brings its lo up, and registers t.Cleanup that deletes it
-// (and kills processes left in it). Fails the test on error.
-//
-// It skips or fails t as testenv.RequirePriv does when not running as root,
-// and as testenv.RequireCommand does when ip is not installed.
-//
-// The kernel frees a namespace, and destroys the interfaces in it, only once
-// nothing refers to it: close sockets opened with Do before the cleanup runs
-// (a t.Cleanup registered after New runs before it).
-func New(t testing.TB) *NS {
-	t.Helper()
-	testenv.RequirePriv(t)
-	testenv.RequireCommand(t, "ip")
-	ns, err := Create()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ns.Delete(); err != nil {
-			t.Error(err)
-		}
-	})
-	return ns
-}
 
 // Create makes a uniquely named namespace with lo up, for programs (tools,
 // examples) that manage its lifetime themselves: the caller must Delete it.
@@ -158,7 +129,7 @@ func (ns *NS) Exec(args ...string) (string, error) {
 // MoveLink moves an interface from the current namespace into ns.
 //
 // Moving an interface takes it down; MoveLink brings it up again in ns, so
-// that links made by Veth stay up wherever they go.
+// that links made by AddVeth stay up wherever they go.
 func (ns *NS) MoveLink(ifname string) error {
 	if err := ip("link", "set", "dev", ifname, "netns", ns.Name); err != nil {
 		return err
@@ -186,36 +157,33 @@ func (ns *NS) Configure(dev string, mtu int, addrs ...netip.Prefix) error {
 	return nil
 }
 
-// Veth creates a veth pair named a/b in the current namespace (both up) and
-// registers cleanup to delete it.
-//
-// It skips or fails t as New does. Ends moved into a namespace made by New
-// go away with that namespace; the cleanup deletes the pair if an end is
-// still in the current namespace.
-func Veth(t testing.TB, a, b string) {
-	t.Helper()
-	testenv.RequirePriv(t)
-	testenv.RequireCommand(t, "ip")
+// AddVeth creates a veth pair named a/b in the current namespace, both up.
+func AddVeth(a, b string) error {
 	if err := ip("link", "add", "dev", a, "type", "veth", "peer", "name", b); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	t.Cleanup(func() {
-		for _, name := range []string{a, b} {
-			if _, err := net.InterfaceByName(name); err != nil {
-				continue // moved to another namespace, or gone with it
-			}
-			// Deleting one end deletes its peer.
-			if err := ip("link", "del", "dev", name); err != nil {
-				t.Errorf("deleting veth pair %s/%s: %v", a, b, err)
-			}
-			return
-		}
-	})
 	for _, name := range []string{a, b} {
 		if err := ip("link", "set", "dev", name, "up"); err != nil {
-			t.Fatal(err)
+			return errors.Join(err, DeleteVeth(a, b))
 		}
 	}
+	return nil
+}
+
+// DeleteVeth deletes the veth pair a/b if an end is still in the current
+// namespace; ends moved into another namespace go away with it.
+func DeleteVeth(a, b string) error {
+	for _, name := range []string{a, b} {
+		if _, err := net.InterfaceByName(name); err != nil {
+			continue // moved to another namespace, or gone with it
+		}
+		// Deleting one end deletes its peer.
+		if err := ip("link", "del", "dev", name); err != nil {
+			return fmt.Errorf("deleting veth pair %s/%s: %w", a, b, err)
+		}
+		return nil
+	}
+	return nil
 }
 
 // UniqueName returns a short unique interface name with the given prefix

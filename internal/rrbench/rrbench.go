@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/testenv"
 )
 
 // Sizes of a round trip: the request the client writes and the response the
@@ -129,9 +130,9 @@ var (
 // K2KServer on the server's end and K2KClient on the client's, MTU 1500,
 // with the kernel's default offloads. b's cleanup removes it all.
 func KernelVeth(b testing.TB) (server, client *netns.NS) {
-	server, client = netns.New(b), netns.New(b)
+	server, client = testenv.NewNS(b), testenv.NewNS(b)
 	a, z := netns.UniqueName("pnk"), netns.UniqueName("pnk")
-	netns.Veth(b, a, z)
+	testenv.Veth(b, a, z)
 	require.NoError(b, server.MoveLink(a))
 	require.NoError(b, client.MoveLink(z))
 	require.NoError(b, server.Configure(a, 1500, K2KServer))

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -43,7 +45,7 @@ type Options struct {
 	KernelAddrs, StackAddrs []netip.Prefix
 	// Wrap, if set, decorates the TAP link before the stack takes it
 	// (impairment, capture); the stack owns what it returns.
-	Wrap func(polarnet.Link) polarnet.Link
+	Wrap func(link.Link) link.Link
 }
 
 // Topology is a built topology; everything is torn down by t.Cleanup.
@@ -88,7 +90,7 @@ func Plug(ns *netns.NS, dev string, mtu int, addrs ...netip.Prefix) error {
 // New builds the topology, or skips/fails t as netns.New does without root.
 func New(t testing.TB, opt Options) *Topology {
 	t.Helper()
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	link, err := tap.New(tap.Config{Name: netns.UniqueName("pnt"), MTU: opt.MTU, Queues: opt.Queues, DisableOffloads: opt.DisableOffloads, DisableSteering: opt.DisableSteering})
 	require.NoError(t, err)
 	kernelAddrs, stackAddrs := opt.KernelAddrs, opt.StackAddrs

@@ -1,5 +1,6 @@
-// Package testenv gates tests on what they need from the host: root
-// privileges and commands on PATH.
+// Package testenv gates tests on what they need from the host (root
+// privileges, commands on PATH) and gives them network namespaces and veth
+// pairs that are removed when the test ends.
 //
 // A missing requirement skips the test on a developer's machine but fails it
 // when POLARNET_REQUIRE_PRIV is set (CI runs as root and sets it), so a
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/polarnet/polarnet/internal/netns"
 )
 
 // RequirePrivEnv names the environment variable that turns skips into
@@ -43,4 +46,50 @@ func missing(t testing.TB, format string, args ...any) {
 		t.Fatalf(format+" (and %s is set, so this is a failure, not a skip)", append(args, RequirePrivEnv)...)
 	}
 	t.Skipf(format+" (set %s to fail instead of skipping)", append(args, RequirePrivEnv)...)
+}
+
+// NewNS creates a uniquely named namespace (prefix "pn-" + short random
+// suffix, name <= 15 chars) with lo up, and registers t.Cleanup that deletes
+// it (and kills processes left in it). Fails the test on error.
+//
+// It skips or fails t as RequirePriv does when not running as root, and as
+// RequireCommand does when ip is not installed.
+//
+// The kernel frees a namespace, and destroys the interfaces in it, only once
+// nothing refers to it: close sockets opened with Do before the cleanup runs
+// (a t.Cleanup registered after NewNS runs before it).
+func NewNS(t testing.TB) *netns.NS {
+	t.Helper()
+	RequirePriv(t)
+	RequireCommand(t, "ip")
+	ns, err := netns.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Delete(); err != nil {
+			t.Error(err)
+		}
+	})
+	return ns
+}
+
+// Veth creates a veth pair named a/b in the current namespace (both up) and
+// registers cleanup to delete it.
+//
+// It skips or fails t as NewNS does. Ends moved into a namespace made by
+// NewNS go away with that namespace; the cleanup deletes the pair if an end
+// is still in the current namespace.
+func Veth(t testing.TB, a, b string) {
+	t.Helper()
+	RequirePriv(t)
+	RequireCommand(t, "ip")
+	if err := netns.AddVeth(a, b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netns.DeleteVeth(a, b); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -14,10 +14,10 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+	ebpflink "github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // programPrefix starts the name of every XDP program the link loads; the
@@ -27,12 +27,12 @@ const programPrefix = "pnxdp_"
 
 // Link is an AF_XDP link: one AF_XDP socket per queue pair on a network
 // interface, fed by an XDP program of the link's own. It implements
-// polarnet.Link.
+// link.Link.
 type Link struct {
-	info    polarnet.LinkInfo
+	info    link.Info
 	cfg     Config
 	ifindex int
-	queues  []polarnet.Queue
+	queues  []link.Queue
 	mode    Mode
 	zc      bool
 	txCsum  txChecksum
@@ -42,15 +42,15 @@ type Link struct {
 
 	prog    *ebpf.Program
 	xsks    *ebpf.Map
-	xdpLink link.Link // the attachment, when a BPF link holds it
-	nlFlags uint32    // the attachment's mode, when netlink made it
+	xdpLink ebpflink.Link // the attachment, when a BPF link holds it
+	nlFlags uint32        // the attachment's mode, when netlink made it
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ polarnet.Link = (*Link)(nil)
+var _ link.Link = (*Link)(nil)
 
 // testHooks change how New works, for tests.
 type testHooks struct {
@@ -69,7 +69,7 @@ type testHooks struct {
 // New needs CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW (root has them).
 // Errors wrap the errno the kernel gave; a host or device that lacks
 // something needed (AF_XDP, the XDP mode or zero-copy asked for) gives an
-// error wrapping polarnet.ErrNotSupported.
+// error wrapping link.ErrNotSupported.
 func New(cfg Config) (*Link, error) { return newLink(cfg, testHooks{}) }
 
 func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
@@ -96,14 +96,14 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 	descs := (dev.mtu + ethHdrLen + chunkData - 1) / chunkData
 	if descs > min(maxFrameDescs, cfg.RingSize) {
 		return nil, fmt.Errorf("afxdp: %s has MTU %d: frames of %d bytes would span %d UMEM frames of %d (%d usable), more than %d; lower the MTU: %w",
-			name, dev.mtu, dev.mtu+ethHdrLen, descs, cfg.FrameSize, chunkData, min(maxFrameDescs, cfg.RingSize), polarnet.ErrNotSupported)
+			name, dev.mtu, dev.mtu+ethHdrLen, descs, cfg.FrameSize, chunkData, min(maxFrameDescs, cfg.RingSize), link.ErrNotSupported)
 	}
 	multiBuffer := descs > 1
 	l := &Link{
 		cfg:     cfg,
 		ifindex: dev.index,
 		driver:  dev.driver,
-		info: polarnet.LinkInfo{
+		info: link.Info{
 			Name:        name,
 			MAC:         dev.mac,
 			MTU:         cfg.MTU,
@@ -145,7 +145,7 @@ func newLink(cfg Config, hooks testHooks) (_ *Link, err error) {
 	if cfg.DisableOffloads {
 		l.txCsum = 0
 	} else {
-		l.info.Caps |= polarnet.CapRXChecksum | polarnet.CapTXChecksum
+		l.info.Caps |= link.CapRXChecksum | link.CapTXChecksum
 	}
 	for _, pq := range l.queues {
 		q := pq.(*queue)
@@ -221,14 +221,14 @@ func (l *Link) attach(viaNetlink bool) error {
 	}
 	var errs []error
 	for _, m := range modes {
-		flags := link.XDPDriverMode
+		flags := ebpflink.XDPDriverMode
 		nlFlags := uint32(unix.XDP_FLAGS_DRV_MODE)
 		if m == ModeGeneric {
-			flags, nlFlags = link.XDPGenericMode, unix.XDP_FLAGS_SKB_MODE
+			flags, nlFlags = ebpflink.XDPGenericMode, unix.XDP_FLAGS_SKB_MODE
 		}
 		var err error
 		if !viaNetlink {
-			l.xdpLink, err = link.AttachXDP(link.XDPOptions{Program: l.prog, Interface: l.ifindex, Flags: flags})
+			l.xdpLink, err = ebpflink.AttachXDP(ebpflink.XDPOptions{Program: l.prog, Interface: l.ifindex, Flags: flags})
 			if errors.Is(err, ebpf.ErrNotSupported) {
 				viaNetlink = true // no BPF links for XDP on this kernel
 			}
@@ -263,7 +263,7 @@ func (l *Link) attach(viaNetlink bool) error {
 }
 
 // Info describes the link: the interface's name, MAC address and MTU.
-func (l *Link) Info() polarnet.LinkInfo {
+func (l *Link) Info() link.Info {
 	info := l.info
 	info.MAC = append(net.HardwareAddr(nil), l.info.MAC...)
 	return info
@@ -271,7 +271,7 @@ func (l *Link) Info() polarnet.LinkInfo {
 
 // Queues returns one queue pair per AF_XDP socket, queue i bound to the
 // interface's queue i.
-func (l *Link) Queues() []polarnet.Queue { return l.queues }
+func (l *Link) Queues() []link.Queue { return l.queues }
 
 // Mode returns the XDP mode the program runs in: ModeNative or ModeGeneric.
 func (l *Link) Mode() Mode { return l.mode }
@@ -288,18 +288,18 @@ func (l *Link) Stats() []QueueStats {
 	return out
 }
 
-var _ polarnet.LinkStatser = (*Link)(nil)
+var _ link.Statser = (*Link)(nil)
 
-// LinkStats implements polarnet.LinkStatser with each queue's Stats in the
+// LinkStats implements link.Statser with each queue's Stats in the
 // engine's terms: the kernel's RX ring full and fill ring empty are
 // RxRingFull and RxNoBuffers; frames dropped for their size or an invalid
 // descriptor (the link's or the kernel's count) are RxBadFrame; TX
 // descriptors the kernel found invalid are TxDropped. Bytes and the UMEM
 // (which the fill ring, not a pool, hands out) are not counted.
-func (l *Link) LinkStats() []polarnet.QueueStats {
-	out := make([]polarnet.QueueStats, len(l.queues))
+func (l *Link) LinkStats() []link.QueueStats {
+	out := make([]link.QueueStats, len(l.queues))
 	for i, st := range l.Stats() {
-		out[i] = polarnet.QueueStats{
+		out[i] = link.QueueStats{
 			Queue:       i,
 			RxFrames:    st.RxFrames,
 			TxFrames:    st.TxFrames,
@@ -323,11 +323,11 @@ func (l *Link) String() string {
 }
 
 // Close detaches the XDP program, then closes the sockets after waiting
-// for bursts in progress; a parked WaitRead returns ErrLinkClosed. A second
-// Close returns ErrLinkClosed.
+// for bursts in progress; a parked WaitRead returns link.ErrClosed. A second
+// Close returns link.ErrClosed.
 func (l *Link) Close() error {
 	if l.closed.Swap(true) {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	l.closeOnce.Do(func() { l.closeErr = l.release() })
 	return l.closeErr
@@ -460,7 +460,7 @@ func lookupDevice(name string) (device, error) {
 		return device{}, fmt.Errorf("afxdp: interface %q: %w", name, err)
 	}
 	if len(ifi.HardwareAddr) != 6 {
-		return device{}, fmt.Errorf("afxdp: %s is not an Ethernet interface: %w", name, polarnet.ErrNotSupported)
+		return device{}, fmt.Errorf("afxdp: %s is not an Ethernet interface: %w", name, link.ErrNotSupported)
 	}
 	dev.mac, dev.mtu = ifi.HardwareAddr, ifi.MTU
 	if drv, err := unix.IoctlGetEthtoolDrvinfo(s, name); err == nil {

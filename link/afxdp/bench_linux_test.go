@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/polarnet/polarnet/internal/rrbench"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkReadBurst(b *testing.B) {
 				l := openLink(b, Config{Interface: v.local, Filter: FilterAll, Mode: mode, Queues: 1}, testHooks{})
 				gen := newGenerator(b, v, l.Info().MAC, size)
 				q := l.Queues()[0]
-				frames := make([]polarnet.RxFrame, 64)
+				frames := make([]link.RxFrame, 64)
 				for i := range frames {
 					frames[i].Buf = make([]byte, l.Info().RxFrameSize)
 				}
@@ -121,7 +122,7 @@ func benchDrain(b *testing.B, mode Mode, size int) {
 	l := openLink(b, Config{Interface: v.local, Filter: FilterAll, Mode: mode, Queues: 1, RingSize: ringSize}, testHooks{})
 	gen := newGenerator(b, v, l.Info().MAC, size)
 	q := l.Queues()[0].(*queue)
-	frames := make([]polarnet.RxFrame, 64)
+	frames := make([]link.RxFrame, 64)
 	for i := range frames {
 		frames[i].Buf = make([]byte, l.Info().RxFrameSize)
 	}
@@ -175,7 +176,7 @@ func BenchmarkWriteBurst(b *testing.B) {
 			copy(frame, v.peerMAC)
 			copy(frame[6:], l.Info().MAC)
 			frame[12], frame[13] = 0x88, 0xb5
-			burst := make([]polarnet.TxFrame, 64)
+			burst := make([]link.TxFrame, 64)
 			for i := range burst {
 				burst[i].Segs = [][]byte{frame}
 			}

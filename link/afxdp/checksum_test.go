@@ -11,45 +11,6 @@ import (
 	"github.com/polarnet/polarnet/internal/frame"
 )
 
-// TestCheckRX: a correct checksum is good; the field holding only the
-// pseudo-header sum (as the local kernel leaves a CHECKSUM_PARTIAL packet)
-// is partial, and checkRX says where and how to complete it; anything else
-// is bad.
-func TestCheckRX(t *testing.T) {
-	for _, v6 := range []bool{false, true} {
-		src, dst := netip.AddrPortFrom(kernel4, 40000), netip.AddrPortFrom(stack4, 80)
-		if v6 {
-			src, dst = netip.AddrPortFrom(kernel6, 40000), netip.AddrPortFrom(stack6, 80)
-		}
-		for _, n := range []int{0, 1, 1459} {
-			payload := make([]byte, n)
-			for i := range payload {
-				payload[i] = byte(i*7 + n)
-			}
-			good := frame.TCPFrame(frame.TCPSpec{Src: src, Dst: dst, Seq: 1, Flags: frame.FlagACK, Window: 100, Payload: payload})
-			res, _, _ := checkRX(good)
-			assert.Equal(t, rxChecksumGood, res, "v6=%v len=%d", v6, n)
-
-			p, ok := frame.Parse(good)
-			require.True(t, ok)
-			field := p.L4 + 16
-			want := binary.BigEndian.Uint16(good[field:])
-			partial := append([]byte(nil), good...)
-			binary.BigEndian.PutUint16(partial[field:], frame.Fold(frame.PseudoHeaderSum(p, len(partial)-p.L4)))
-			res, at, complete := checkRX(partial)
-			require.Equal(t, rxChecksumPartial, res, "v6=%v len=%d", v6, n)
-			assert.Equal(t, field, at)
-			binary.BigEndian.PutUint16(partial[at:], complete)
-			assert.True(t, frame.ChecksumOK(partial, p), "completed checksum %#x, the sender's %#x", complete, want)
-
-			bad := append([]byte(nil), good...)
-			bad[len(bad)-1-n/2] ^= 0x10
-			res, _, _ = checkRX(bad)
-			assert.Equal(t, rxChecksumBad, res, "v6=%v len=%d", v6, n)
-		}
-	}
-}
-
 // TestCompleteChecksum completes a partial checksum over a frame cut into
 // pieces, as a multi-buffer frame lies in UMEM, at even and odd cuts.
 func TestCompleteChecksum(t *testing.T) {

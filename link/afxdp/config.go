@@ -39,7 +39,7 @@ const (
 	ModeAuto Mode = iota
 	// ModeNative runs the program in the driver (XDP_FLAGS_DRV_MODE). Not
 	// every driver has it: New fails with an error wrapping
-	// polarnet.ErrNotSupported where it does not.
+	// link.ErrNotSupported where it does not.
 	ModeNative
 	// ModeGeneric runs the program on the kernel's socket buffers
 	// (XDP_FLAGS_SKB_MODE), on any device: slower, and it receives what the
@@ -69,7 +69,7 @@ const (
 	// ZeroCopyOff binds in copy mode.
 	ZeroCopyOff
 	// ZeroCopyRequire fails New, with an error wrapping
-	// polarnet.ErrNotSupported, where zero-copy is not available.
+	// link.ErrNotSupported, where zero-copy is not available.
 	ZeroCopyRequire
 )
 

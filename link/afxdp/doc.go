@@ -57,8 +57,8 @@
 // socket of whichever queue they arrive on. Which queue a flow arrives on is
 // up to the device: a NIC's RSS hash, a veth's transmit queue choice on the
 // peer in native mode, always queue 0 in generic mode on veth. None of these
-// can be made to follow polarnet.PortSteering from here, so the link does
-// not implement polarnet.Steerer and the engine steers in software.
+// can be made to follow link.PortSteering from here, so the link does
+// not implement link.Steerer and the engine steers in software.
 //
 // The program is attached in native mode where the driver has it, in generic
 // mode otherwise (Config.Mode); Mode reports which. A BPF link holds the

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 )
 
 const helperOpenEnv = "AFXDP_TEST_OPEN" // the interface
@@ -52,7 +52,7 @@ func TestErrors(t *testing.T) {
 	})
 	t.Run("native XDP not supported", func(t *testing.T) {
 		// A bridge has no native XDP.
-		ns := netns.New(t)
+		ns := testenv.NewNS(t)
 		_, err := ns.Exec("ip", "link", "add", "pnxbr0", "type", "bridge")
 		require.NoError(t, err)
 		_, err = ns.Exec("ip", "link", "set", "pnxbr0", "up")
@@ -62,14 +62,14 @@ func TestErrors(t *testing.T) {
 			return nil
 		}))
 		require.Error(t, err)
-		assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+		assert.ErrorIs(t, err, link.ErrNotSupported)
 		assert.ErrorIs(t, err, unix.EOPNOTSUPP)
 		t.Log(err)
 	})
 	t.Run("zero-copy not supported", func(t *testing.T) {
 		_, err := New(Config{Interface: v.local, Filter: FilterAll, ZeroCopy: ZeroCopyRequire})
 		require.Error(t, err)
-		assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+		assert.ErrorIs(t, err, link.ErrNotSupported)
 		assert.ErrorIs(t, err, unix.EOPNOTSUPP)
 		t.Log(err)
 	})
@@ -91,7 +91,7 @@ func TestErrors(t *testing.T) {
 		// Frames of 65014 bytes would span 17 UMEM frames.
 		w := newVeth(t, vethOptions{mtu: 65000, noIPv6: true})
 		_, err := New(Config{Interface: w.local, Filter: FilterAll})
-		assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+		assert.ErrorIs(t, err, link.ErrNotSupported)
 		t.Log(err)
 	})
 	t.Run("not root", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/internal/testenv"
 )
 
 // Addresses of the veth topology: the polarnet side stays in this process's
@@ -44,7 +45,7 @@ type veth struct {
 // brings both up; t's cleanup removes everything.
 func newVeth(t testing.TB, opt vethOptions) *veth {
 	t.Helper()
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	v := &veth{ns: ns, local: netns.UniqueName("pnx"), peer: netns.UniqueName("pnx")}
 	args := []string{"link", "add", "dev", v.local}
 	if opt.queues > 0 {

@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/link"
 )
 
 // maxKicks bounds the sendto calls of one WriteBurst: in copy mode each
@@ -101,7 +102,7 @@ type queueCounters struct {
 	fillWakeups                      atomic.Uint64
 }
 
-var _ polarnet.Queue = (*queue)(nil)
+var _ link.Queue = (*queue)(nil)
 
 func newQueue(l *Link, index int, s *socket, rxMax int) (*queue, error) {
 	waitFd, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -139,11 +140,11 @@ func newQueue(l *Link, index int, s *socket, rxMax int) (*queue, error) {
 // their UMEM frames straight back to the kernel (the fill ring), in one
 // pass over the RX ring. Frames larger than the link's RxFrameSize are
 // dropped and counted.
-func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.closed {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	s := q.sock
 	if q.copyTX {
@@ -193,10 +194,10 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 		buf := f.Buf[:length:cap(f.Buf)]
 		f.Len = length
 		f.ChecksumValid = false
-		switch res, field, complete := checkRX(buf); res {
-		case rxChecksumGood:
+		switch res, field, complete := frame.CheckRX(buf); res {
+		case frame.RxGood:
 			f.ChecksumValid = q.rxMark
-		case rxChecksumPartial:
+		case frame.RxPartial:
 			if !q.rxPartial {
 				q.stats.rxChecksumBad.Add(1)
 				break
@@ -207,7 +208,7 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 			} else {
 				binary.BigEndian.PutUint16(buf[field:], complete)
 			}
-		case rxChecksumBad:
+		case frame.RxBad:
 			q.stats.rxChecksumBad.Add(1)
 		}
 		out++
@@ -236,11 +237,11 @@ func (q *queue) kickPending() {
 // WriteBurst copies frames into free TX frames of the UMEM, completing or
 // delegating their checksums, puts them on the TX ring and kicks the
 // kernel if it asks to be. Frames that find no room are not accepted.
-func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *queue) WriteBurst(frames []link.TxFrame) (int, error) {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.closed {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	s := q.sock
 	q.reclaim()
@@ -323,7 +324,7 @@ func (q *queue) txRoom(prod uint32) int {
 
 // checkFrame rejects what the link cannot send: frame f of length bytes,
 // which takes descs UMEM frames.
-func (q *queue) checkFrame(f *polarnet.TxFrame, length, descs int) error {
+func (q *queue) checkFrame(f *link.TxFrame, length, descs int) error {
 	o := &f.Offload
 	switch {
 	case length == 0:
@@ -332,8 +333,8 @@ func (q *queue) checkFrame(f *polarnet.TxFrame, length, descs int) error {
 		return fmt.Errorf("afxdp: %s: a frame of %d bytes does not fit a UMEM frame (%d bytes)", q.link.info.Name, length, q.chunkData)
 	case descs > maxFrameDescs:
 		return fmt.Errorf("afxdp: %s: a frame of %d bytes takes more than %d UMEM frames", q.link.info.Name, length, maxFrameDescs)
-	case o.GSO != polarnet.GSONone:
-		return fmt.Errorf("afxdp: %s: a frame asks for segmentation: %w", q.link.info.Name, polarnet.ErrNotSupported)
+	case o.GSO != link.GSONone:
+		return fmt.Errorf("afxdp: %s: a frame asks for segmentation: %w", q.link.info.Name, link.ErrNotSupported)
 	case o.NeedsChecksum && (q.txCsum == 0 || int(o.ChecksumStart)+int(o.ChecksumOffset)+2 > min(length, q.chunkData)):
 		// The field must lie in the first UMEM frame, where the kernel
 		// looks for it too.
@@ -390,7 +391,7 @@ func (q *queue) reclaim() int {
 func (q *queue) WaitRead() error {
 	for {
 		if q.link.closed.Load() {
-			return polarnet.ErrLinkClosed
+			return link.ErrClosed
 		}
 		if q.interrupted.Swap(false) {
 			return nil
@@ -400,7 +401,7 @@ func (q *queue) WaitRead() error {
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			if err != nil {
 				if q.link.closed.Load() || errors.Is(err, os.ErrClosed) {
-					return polarnet.ErrLinkClosed
+					return link.ErrClosed
 				}
 				return fmt.Errorf("afxdp: waiting for %s queue %d: %w", q.link.info.Name, q.index, err)
 			}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The AF_XDP link is selectable with POLARNET_LINK=afxdp. POLARNET_DEVICE
@@ -18,12 +18,12 @@ import (
 // filter=stack|tcp|all, mode=auto|native|generic, zerocopy=auto|off|require,
 // frame=BYTES, ring=N, frames=N and offloads=on|off (off: DisableOffloads).
 //
-// The XDP program needs the stack's addresses, which LinkParams does not
+// The XDP program needs the stack's addresses, which link.Params does not
 // carry: the option addrs=A/N;B/N gives them, and without it the link takes
 // POLARNET_ADDR from the process's environment.
-func init() { polarnet.RegisterLink("afxdp", openFromParams) }
+func init() { link.Register("afxdp", openFromParams) }
 
-func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
+func openFromParams(p link.Params) (link.Link, error) {
 	cfg, err := configFromParams(p, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -31,11 +31,11 @@ func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
 	return New(cfg)
 }
 
-func configFromParams(p polarnet.LinkParams, getenv func(string) string) (Config, error) {
+func configFromParams(p link.Params, getenv func(string) string) (Config, error) {
 	cfg := Config{Interface: p.Device, Queues: p.Queues, MTU: p.MTU}
 	addrs, haveAddrs := p.Options["addrs"]
 	if !haveAddrs {
-		addrs = strings.ReplaceAll(getenv(polarnet.EnvAddr), ",", ";")
+		addrs = strings.ReplaceAll(getenv(link.EnvAddr), ",", ";")
 	}
 	for _, s := range strings.Split(addrs, ";") {
 		if s = strings.TrimSpace(s); s == "" {

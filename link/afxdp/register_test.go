@@ -7,12 +7,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 func TestConfigFromParams(t *testing.T) {
-	env := map[string]string{polarnet.EnvAddr: "198.18.0.2/24,fd00:198:18::2/64"}
-	cfg, err := configFromParams(polarnet.LinkParams{
+	env := map[string]string{link.EnvAddr: "198.18.0.2/24,fd00:198:18::2/64"}
+	cfg, err := configFromParams(link.Params{
 		Device: "eth9", Queues: 2, MTU: 1400,
 		Options: map[string]string{"filter": "tcp", "mode": "native", "zerocopy": "off", "frame": "2048", "ring": "512", "frames": "4096", "offloads": "off"},
 	}, func(k string) string { return env[k] })
@@ -24,12 +24,12 @@ func TestConfigFromParams(t *testing.T) {
 		DisableOffloads: true,
 	}, cfg)
 
-	cfg, err = configFromParams(polarnet.LinkParams{Device: "eth9", Options: map[string]string{"addrs": "198.18.0.3/24"}}, func(k string) string { return env[k] })
+	cfg, err = configFromParams(link.Params{Device: "eth9", Options: map[string]string{"addrs": "198.18.0.3/24"}}, func(k string) string { return env[k] })
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.0.3/24")}, cfg.Addresses)
 
 	for _, opts := range []map[string]string{{"filter": "udp"}, {"mode": "x"}, {"zerocopy": "on"}, {"ring": "-1"}, {"addrs": "nope"}, {"colour": "blue"}, {"offloads": "maybe"}} {
-		_, err := configFromParams(polarnet.LinkParams{Options: opts}, func(string) string { return "" })
+		_, err := configFromParams(link.Params{Options: opts}, func(string) string { return "" })
 		assert.Error(t, err, "%v", opts)
 	}
 }

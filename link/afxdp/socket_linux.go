@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // txMetadataLen is the size of struct xsk_tx_metadata: the TX metadata the
@@ -111,7 +111,7 @@ func openSocket(sc socketConfig) (_ *socket, err error) {
 		return nil, fmt.Errorf("reading the ring offsets: %w", errno)
 	}
 	if offLen != uint32(unsafe.Sizeof(off)) {
-		return nil, fmt.Errorf("reading the ring offsets: the kernel has no ring flags (need Linux 5.4): %w", polarnet.ErrNotSupported)
+		return nil, fmt.Errorf("reading the ring offsets: the kernel has no ring flags (need Linux 5.4): %w", link.ErrNotSupported)
 	}
 	n := uint32(cfg.RingSize)
 	for _, m := range []struct {
@@ -325,9 +325,9 @@ func socketError(err error) error {
 // privHint says what privileges the link needs.
 const privHint = "need root, or CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF"
 
-// unsupported marks an error as polarnet.ErrNotSupported (the host lacks
+// unsupported marks an error as link.ErrNotSupported (the host lacks
 // something) while keeping its message and its chain.
 type unsupported struct{ error }
 
 func (e unsupported) Unwrap() error      { return e.error }
-func (unsupported) Is(target error) bool { return target == polarnet.ErrNotSupported }
+func (unsupported) Is(target error) bool { return target == link.ErrNotSupported }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestLinkSuite runs the link suite between an AF_XDP link on one end of a
@@ -36,7 +36,7 @@ func TestLinkSuite(t *testing.T) {
 			name += ",netlink"
 		}
 		t.Run(name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				v := newVeth(t, vethOptions{queues: c.queues, mtu: c.mtu, noIPv6: true})
 				l := openLink(t, Config{Interface: v.local, Filter: FilterAll, Mode: c.mode, Queues: c.queues}, c.hooks)
 				require.Equal(t, c.mode, l.Mode())

@@ -1,4 +1,4 @@
-// Package capture records the frames that cross a polarnet.Link: a link
+// Package capture records the frames that cross a link.Link: a link
 // decorator that shows every received and sent frame to a Recorder, and
 // Recorders that keep frames in memory (Buffer) or write them as a pcap
 // stream (Writer) that tcpdump, tshark and Wireshark read.
@@ -26,7 +26,7 @@ package capture
 import (
 	"time"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // Direction says which way a frame crossed the link.
@@ -62,7 +62,7 @@ type Packet struct {
 	ChecksumValid bool
 	// Offload is what the engine asked of the link for this frame (Out
 	// only).
-	Offload polarnet.TxOffload
+	Offload link.TxOffload
 }
 
 // Recorder receives captured frames. Record may be called concurrently, by
@@ -78,20 +78,20 @@ type Snapper interface {
 	Snaplen() int
 }
 
-// Link is a polarnet.Link that shows every frame crossing the link it wraps
+// Link is a link.Link that shows every frame crossing the link it wraps
 // to a Recorder. It passes frames through unchanged and advertises what the
 // wrapped link does.
 type Link struct {
-	inner  polarnet.Link
+	inner  link.Link
 	rec    Recorder
-	queues []polarnet.Queue
+	queues []link.Queue
 }
 
-var _ polarnet.Link = (*Link)(nil)
+var _ link.Link = (*Link)(nil)
 
 // New wraps inner; rec receives its frames. The returned link owns inner:
 // closing it closes inner.
-func New(inner polarnet.Link, rec Recorder) *Link {
+func New(inner link.Link, rec Recorder) *Link {
 	l := &Link{inner: inner, rec: rec}
 	snap := inner.Info().RxFrameSize
 	if s, ok := rec.(Snapper); ok && s.Snaplen() > 0 {
@@ -103,19 +103,19 @@ func New(inner polarnet.Link, rec Recorder) *Link {
 	return l
 }
 
-// Info implements polarnet.Link: the wrapped link's.
-func (l *Link) Info() polarnet.LinkInfo { return l.inner.Info() }
+// Info implements link.Link: the wrapped link's.
+func (l *Link) Info() link.Info { return l.inner.Info() }
 
-// Queues implements polarnet.Link.
-func (l *Link) Queues() []polarnet.Queue { return l.queues }
+// Queues implements link.Link.
+func (l *Link) Queues() []link.Queue { return l.queues }
 
-// Close implements polarnet.Link: it closes the wrapped link.
+// Close implements link.Link: it closes the wrapped link.
 func (l *Link) Close() error { return l.inner.Close() }
 
 // queue records the frames of one queue pair. WaitRead and Interrupt pass
 // through (embedded).
 type queue struct {
-	polarnet.Queue
+	link.Queue
 	rec     Recorder
 	snap    int    // bytes of a sent frame worth gathering
 	scratch []byte // gathers a sent frame; WriteBurst has one caller at a time
@@ -124,7 +124,7 @@ type queue struct {
 	rxPkt, txPkt Packet
 }
 
-func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	n, err := q.Queue.ReadBurst(frames)
 	if n > 0 {
 		now := time.Now()
@@ -138,7 +138,7 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 	return n, err
 }
 
-func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *queue) WriteBurst(frames []link.TxFrame) (int, error) {
 	if len(frames) > 0 {
 		now := time.Now()
 		for i := range frames {

@@ -11,14 +11,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/capture"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link/pipe"
 )
 
 func TestSuite(t *testing.T) {
-	linktest.TestLinkPair(t, func(*testing.T) (polarnet.Link, polarnet.Link) {
-		a, b := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	linktest.TestLinkPair(t, func(*testing.T) (link.Link, link.Link) {
+		a, b := pipe.New(pipe.Config{Queues: 2})
 		return capture.New(a, capture.NewBuffer(capture.BufferConfig{Snaplen: 64})), b
 	})
 }
@@ -30,22 +31,22 @@ func testFrame(size int, fill byte) []byte {
 }
 
 func TestRecordsBothDirections(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	buf := capture.NewBuffer(capture.BufferConfig{Snaplen: 100, Limit: 3})
 	c := capture.New(a, buf)
 	defer c.Close()
 	defer b.Close()
 
 	out := testFrame(300, 1)
-	off := polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: 34, ChecksumOffset: 16}
-	n, err := c.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{out[:50], out[50:]}, Offload: off}})
+	off := link.TxOffload{NeedsChecksum: true, ChecksumStart: 34, ChecksumOffset: 16}
+	n, err := c.Queues()[0].WriteBurst([]link.TxFrame{{Segs: [][]byte{out[:50], out[50:]}, Offload: off}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
 	in := testFrame(80, 2)
-	_, err = b.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{in}}, {Segs: [][]byte{in}}, {Segs: [][]byte{in}}})
+	_, err = b.Queues()[0].WriteBurst([]link.TxFrame{{Segs: [][]byte{in}}, {Segs: [][]byte{in}}, {Segs: [][]byte{in}}})
 	require.NoError(t, err)
-	rx := make([]polarnet.RxFrame, 4)
+	rx := make([]link.RxFrame, 4)
 	for i := range rx {
 		rx[i].Buf = make([]byte, 1514)
 	}

@@ -3,17 +3,17 @@ package dpdk
 import (
 	"context"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
-// Link is a DPDK port driven by polarnet: a polarnet.Link with the port's
+// Link is a DPDK port driven by polarnet: a link.Link with the port's
 // status and counters. New returns one that also implements
-// polarnet.Steerer when the port spreads flows over its queues with RSS the
+// link.Steerer when the port spreads flows over its queues with RSS the
 // link can predict (a Toeplitz key and a RETA it programmed and read back,
 // hashing TCP and UDP over addresses and ports); otherwise the engine
 // steers in software.
 type Link interface {
-	polarnet.Link
+	link.Link
 	// Setup reports what New settled on.
 	Setup() Setup
 	// Status returns the port's link status as last polled.
@@ -53,7 +53,7 @@ type Setup struct {
 	RxChecksum string
 	// RSS reports the port hashes flows over its queues; RSSHashFunctions
 	// are the RTE_ETH_RSS_* types it hashes; Steering that the link
-	// implements polarnet.Steerer.
+	// implements link.Steerer.
 	RSS              bool
 	RSSHashFunctions uint64
 	Steering         bool

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/toeplitz"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -110,7 +110,7 @@ func TestDeviceSpec(t *testing.T) {
 }
 
 func TestConfigFromParams(t *testing.T) {
-	cfg, err := configFromParams(polarnet.LinkParams{
+	cfg, err := configFromParams(link.Params{
 		Device: "net_memif0,role=client,socket=/run/pn.sock", Queues: 2, MTU: 9000,
 		Options: map[string]string{
 			"rxd": "512", "txd": "256", "pool": "8191", "dataroom": "4096", "mac": "02:00:00:00:00:09",
@@ -133,7 +133,7 @@ func TestConfigFromParams(t *testing.T) {
 			Allow: []string{"0000:03:00.0", "0000:03:00.1"}},
 	}, cfg)
 	for _, opts := range []map[string]string{{"rxd": "x"}, {"wait": "never"}, {"mac": "zz"}, {"colour": "blue"}, {"isolate": "nope"}, {"offloads": "maybe"}, {"waitup": "soon"}} {
-		_, err := configFromParams(polarnet.LinkParams{Device: "net_null0", Options: opts})
+		_, err := configFromParams(link.Params{Device: "net_null0", Options: opts})
 		assert.Error(t, err, "%v", opts)
 	}
 }

@@ -4,7 +4,7 @@
 //
 // The link is cgo and needs the build tag dpdk and DPDK 22.11's headers and
 // libraries (apt-get install libdpdk-dev pkg-config). Without the tag, or
-// without cgo, New returns an error wrapping polarnet.ErrNotSupported that
+// without cgo, New returns an error wrapping link.ErrNotSupported that
 // says so, and the package stays pure Go.
 //
 // EAL initialises once per process, through a small C shim of the
@@ -14,7 +14,7 @@
 // it sends a burst in one cgo call, copying frames into mbufs allocated
 // ahead. Checksum offloads and TSO are used, and claimed, when the PMD
 // reports them; RSS with a known Toeplitz key makes the link a
-// polarnet.Steerer when its queue choice can be predicted; waits park in
+// link.Steerer when its queue choice can be predicted; waits park in
 // the Go netpoller on the PMD's receive interrupts, a timer, or (between
 // two polarnet ends of a net_memif link) a doorbell. rte_flow isolated mode
 // leaves a bifurcated NIC's other traffic with the kernel.

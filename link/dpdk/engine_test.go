@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
+	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -127,7 +129,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 	polarnet.SetDefault(st)
 	t.Cleanup(func() { polarnet.SetDefault(nil) })
 
-	kpeer.ExchangeViaDefault(t, v.NS, kernel4, 1<<20)
+	kpeer.ExchangeVia(t, dialer.Dial, v.NS, kernel4, 1<<20)
 
 	env["POLARNET_DEVICE"] = "0000:99:00.0"
 	_, err = polarnet.NewFromEnv(getenv)
@@ -181,7 +183,7 @@ func TestTransfersOverTap(t *testing.T) {
 func TestTransfersOverAFPacketTwoQueues(t *testing.T) {
 	e := newEngineTopo(t, Config{Queues: 2}, "qpairs=2,framecnt=4096")
 	require.Len(t, e.Link.Queues(), 2)
-	_, steers := e.Link.(polarnet.Steerer)
+	_, steers := e.Link.(link.Steerer)
 	require.False(t, steers)
 	for i := range 4 {
 		for dir, p := range e.pairs(t, i%2 == 1) {

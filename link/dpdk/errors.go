@@ -6,13 +6,13 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 var (
 	// ErrNoHugepages is returned when EAL would run on hugepages but the
 	// host has none free (or no hugetlbfs where one is needed). It matches
-	// polarnet.ErrNotSupported as well.
+	// link.ErrNotSupported as well.
 	ErrNoHugepages = unsupported{errors.New("dpdk: no hugepages")}
 	// ErrPortNotFound is returned when Config.Device names no port.
 	ErrPortNotFound = errors.New("dpdk: port not found")
@@ -56,12 +56,12 @@ func (e *EALError) Unwrap() error {
 	return e.Errno
 }
 
-// unsupported marks an error as polarnet.ErrNotSupported (the host or the
+// unsupported marks an error as link.ErrNotSupported (the host or the
 // PMD lacks something) while keeping its message and chain.
 type unsupported struct{ error }
 
 func (e unsupported) Unwrap() error { return e.error }
 
 func (e unsupported) Is(target error) bool {
-	return target == polarnet.ErrNotSupported || target == e.error
+	return target == link.ErrNotSupported || target == e.error
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // ealResult is what the "eal" helper reports of one InitEAL call.
@@ -38,7 +38,7 @@ func describe(err error) ealResult {
 	}
 	r.Err = err.Error()
 	r.NoHugepages = errors.Is(err, ErrNoHugepages)
-	r.Unsupported = errors.Is(err, polarnet.ErrNotSupported)
+	r.Unsupported = errors.Is(err, link.ErrNotSupported)
 	var e *EALError
 	if errors.As(err, &e) {
 		r.EAL, r.Errno = true, int(e.Errno)
@@ -168,18 +168,18 @@ func TestTooFewQueues(t *testing.T) {
 	l = openLink(t, Config{Device: afPacketDevice(v.A, "qpairs=2"), Queues: 2})
 	assert.Len(t, l.Queues(), 2)
 	assert.False(t, l.Setup().Steering, "af_packet spreads with kernel fanout, which the link cannot predict")
-	_, steers := l.(polarnet.Steerer)
+	_, steers := l.(link.Steerer)
 	assert.False(t, steers)
 }
 
 // TestIsolateUnsupported: isolated mode on a PMD without rte_flow is a
-// clear error matching polarnet.ErrNotSupported.
+// clear error matching link.ErrNotSupported.
 func TestIsolateUnsupported(t *testing.T) {
 	v := newVeth(t, 1500)
 	requireEAL(t)
 	_, err := New(Config{Device: afPacketDevice(v.A, ""), Isolate: true, IsolateAddrs: []netip.Addr{stack4}})
 	require.Error(t, err)
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	assert.ErrorContains(t, err, "isolated mode on")
 	assert.ErrorContains(t, err, "mlx5")
 	t.Log(err)
@@ -190,7 +190,7 @@ func TestIsolateUnsupported(t *testing.T) {
 // link fails clearly). Where it works, the rules are created and listed.
 func TestIsolateTap(t *testing.T) {
 	requireEAL(t)
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	iface := netns.UniqueName("pndi")
 	var l Link
 	err := ns.Do(func() (err error) {

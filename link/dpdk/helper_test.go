@@ -147,7 +147,7 @@ type closeWriter interface{ CloseWrite() error }
 // forward, not a concurrent copy: two polarnet stacks streaming bulk both
 // ways at once can stall for good at MTU 1500 (the receiver's window
 // shrinks by window-scale rounding, then it ignores the ACKs of segments
-// beyond it; seen over linktest.Pipe too), an engine bug that is not this
+// beyond it; seen over pipe.New too), an engine bug that is not this
 // link's.
 func serveEcho(c net.Conn) {
 	b, err := io.ReadAll(c)

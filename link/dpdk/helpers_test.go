@@ -92,9 +92,9 @@ type vethTopo struct {
 func newVeth(t testing.TB, mtu int) *vethTopo {
 	t.Helper()
 	testenv.RequirePriv(t)
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	v := &vethTopo{A: netns.UniqueName("pnda"), B: netns.UniqueName("pndb"), NS: ns}
-	netns.Veth(t, v.A, v.B)
+	testenv.Veth(t, v.A, v.B)
 	writeSysctl(t, "net/ipv6/conf/"+v.A+"/disable_ipv6", "1")
 	require.NoError(t, ns.MoveLink(v.B))
 	require.NoError(t, ns.Configure(v.B, mtu, netip.PrefixFrom(kernel4, 24), netip.PrefixFrom(kernel6, 64)))
@@ -143,7 +143,7 @@ type tapTopo struct {
 func newTapTopo(t testing.TB, cfg Config, ipv6 bool) *tapTopo {
 	t.Helper()
 	requireEAL(t)
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	require.NoError(t, ns.Do(func() error {
 		if ipv6 {
 			return nil

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // fakeHost points the hugepage and mount checks at files of the test's.
@@ -45,7 +45,7 @@ func TestCheckHugepages(t *testing.T) {
 	fakeHost(t, map[string]string{"2048kB": "0"}, procMounts)
 	err = checkHugepages(&EALConfig{})
 	assert.ErrorIs(t, err, ErrNoHugepages)
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	assert.ErrorContains(t, err, "nr_hugepages")
 	assert.NoError(t, checkHugepages(&EALConfig{NoHuge: true}))
 

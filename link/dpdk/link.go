@@ -23,7 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // ctl serialises the control path (creating, configuring and removing
@@ -38,7 +38,7 @@ type port struct {
 	cfg   Config
 	plan  *portPlan
 	id    C.uint16_t
-	info  polarnet.LinkInfo
+	info  link.Info
 	setup Setup
 
 	removeVdev string // vdev to remove at Close ("" if none)
@@ -49,7 +49,7 @@ type port struct {
 	removeDev   bool // probed device to remove at Close
 	pool        *C.struct_rte_mempool
 	queues      []*queue
-	pqueues     []polarnet.Queue
+	pqueues     []link.Queue
 	started     bool
 
 	closed    atomic.Bool
@@ -78,12 +78,12 @@ type rssPort struct {
 }
 
 var (
-	_ Link             = (*port)(nil)
-	_ Link             = (*rssPort)(nil)
-	_ polarnet.Steerer = (*rssPort)(nil)
+	_ Link         = (*port)(nil)
+	_ Link         = (*rssPort)(nil)
+	_ link.Steerer = (*rssPort)(nil)
 )
 
-// RxQueue implements polarnet.Steerer with the port's Toeplitz key and RETA.
+// RxQueue implements link.Steerer with the port's Toeplitz key and RETA.
 func (l *rssPort) RxQueue(local, remote netip.AddrPort) int { return l.steer.RxQueue(local, remote) }
 
 // New opens the port cfg.Device names (creating it if it is a virtual
@@ -91,7 +91,7 @@ func (l *rssPort) RxQueue(local, remote netip.AddrPort) int { return l.steer.RxQ
 // RX/TX queue pair per shard. See Config for what can be set and README.md
 // for the setup of hosts and of each virtual device.
 //
-// The Link it returns implements polarnet.Steerer when the port's RSS is
+// The Link it returns implements link.Steerer when the port's RSS is
 // predictable (see Link). It is owned by the polarnet.Stack it is given to.
 func New(cfg Config) (Link, error) {
 	cfg, err := cfg.withDefaults()
@@ -105,9 +105,9 @@ func New(cfg Config) (Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	var link Link = l
+	var out Link = l
 	if l.setup.Steering {
-		link = &rssPort{port: l, steer: l.steer}
+		out = &rssPort{port: l, steer: l.steer}
 	}
 	if cfg.WaitUp > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.WaitUp)
@@ -120,7 +120,7 @@ func New(cfg Config) (Link, error) {
 			return nil, errors.Join(fmt.Errorf("dpdk: %s is not up after Config.WaitUp %v%s: %w", l.info.Name, cfg.WaitUp, hint, err), l.Close())
 		}
 	}
-	return link, nil
+	return out, nil
 }
 
 // openPort opens the port under ctl and starts its status monitor.
@@ -276,7 +276,7 @@ func (l *port) open() error {
 		return unsupported{fmt.Errorf("dpdk: %s has no receive interrupts (Config.Wait is WaitInterrupt; WaitAuto sleeps instead)", name)}
 	}
 
-	l.info = polarnet.LinkInfo{
+	l.info = link.Info{
 		Name:        info.name,
 		MAC:         slices.Clone(mac),
 		MTU:         p.mtu,
@@ -492,14 +492,14 @@ func (l *port) steering() *rssSteerer {
 }
 
 // Info describes the link.
-func (l *port) Info() polarnet.LinkInfo {
+func (l *port) Info() link.Info {
 	info := l.info
 	info.MAC = slices.Clone(l.info.MAC)
 	return info
 }
 
 // Queues returns the queue pairs.
-func (l *port) Queues() []polarnet.Queue { return l.pqueues }
+func (l *port) Queues() []link.Queue { return l.pqueues }
 
 // Setup reports what New settled on.
 func (l *port) Setup() Setup {
@@ -510,10 +510,10 @@ func (l *port) Setup() Setup {
 
 // Close stops the port, waiting for bursts in progress, and releases it:
 // a virtual device the link created is removed, and so is a PCI device it
-// probed. Pending WaitReads return ErrLinkClosed. A second Close returns
-// ErrLinkClosed.
+// probed. Pending WaitReads return link.ErrClosed. A second Close returns
+// link.ErrClosed.
 func (l *port) Close() error {
-	var err error = polarnet.ErrLinkClosed
+	var err error = link.ErrClosed
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		for _, q := range l.queues {
@@ -627,7 +627,7 @@ func (l *port) WaitUp(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		if l.closed.Load() {
-			return polarnet.ErrLinkClosed
+			return link.ErrClosed
 		}
 		if l.pollStatus().Up {
 			return nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // BenchmarkLinkMemif measures the link alone: bursts of frames written to
@@ -35,11 +35,11 @@ func BenchmarkLinkMemif(b *testing.B) {
 			frame := make([]byte, size)
 			copy(frame, srv.Info().MAC)
 			frame[12], frame[13] = 0x88, 0xb5
-			tx := make([]polarnet.TxFrame, burst)
+			tx := make([]link.TxFrame, burst)
 			for i := range tx {
 				tx[i].Segs = [][]byte{frame}
 			}
-			rx := make([]polarnet.RxFrame, burst)
+			rx := make([]link.RxFrame, burst)
 			for i := range rx {
 				rx[i].Buf = make([]byte, 2048)
 			}

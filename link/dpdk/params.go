@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // configFromParams builds a Config from the POLARNET_* environment
-// (polarnet.LinkParams). POLARNET_LINK_OPTIONS keys, comma-separated k=v;
+// (link.Params). POLARNET_LINK_OPTIONS keys, comma-separated k=v;
 // lists inside a value are separated by ';':
 //
 //	rxd, txd, pool, dataroom  RxDescriptors, TxDescriptors, PoolSize, MbufDataRoom
@@ -27,7 +27,7 @@ import (
 //	lcores, mem, prefix, hugedir, loglevel   EALConfig fields
 //	nohuge=on                 EALConfig.NoHuge
 //	allow=0000:03:00.0;0000:03:00.1        EALConfig.Allow
-func configFromParams(p polarnet.LinkParams) (Config, error) {
+func configFromParams(p link.Params) (Config, error) {
 	cfg := Config{Device: p.Device, Queues: p.Queues, MTU: p.MTU}
 	for k, v := range p.Options {
 		if err := setOption(&cfg, k, v); err != nil {

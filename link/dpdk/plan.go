@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // DPDK's flags, as rte_ethdev.h defines them (checked against the headers
@@ -88,7 +88,7 @@ var unlimitedMTUDrivers = []string{"net_memif"}
 type portPlan struct {
 	mtu        int
 	setMTU     bool // ask the PMD to set mtu
-	frameSize  int  // LinkInfo.RxFrameSize
+	frameSize  int  // link.Info.RxFrameSize
 	dataRoom   int
 	txStash    int
 	maxTxSegs  int // mbufs of the largest frame sent
@@ -98,7 +98,7 @@ type portPlan struct {
 	rxChecksum rxChecksum
 	txChecksum bool // set checksum offload flags on sent frames
 	tso        bool
-	caps       polarnet.Capabilities
+	caps       link.Capabilities
 	gsoMaxSize int
 	rss        bool
 	rssHF      uint64
@@ -194,27 +194,27 @@ func plan(c *Config, info *portInfo) (*portPlan, error) {
 	switch {
 	case c.SkipChecksums:
 		p.rxChecksum = rxChecksumTrusted
-		p.caps |= polarnet.CapRXChecksum | polarnet.CapTXChecksum
+		p.caps |= link.CapRXChecksum | link.CapTXChecksum
 	case !c.DisableOffloads && info.rxOffloadCapa&(rxOffloadTCPCksum|rxOffloadUDPCksum) == rxOffloadTCPCksum|rxOffloadUDPCksum:
 		p.rxOffloads |= rxOffloadTCPCksum | rxOffloadUDPCksum | info.rxOffloadCapa&rxOffloadIPv4Cksum
 		p.rxChecksum = rxChecksumPMD
-		p.caps |= polarnet.CapRXChecksum
+		p.caps |= link.CapRXChecksum
 	case slices.Contains(localKernelDrivers, info.driver):
 		p.rxChecksum = rxChecksumLink
-		p.caps |= polarnet.CapRXChecksum
+		p.caps |= link.CapRXChecksum
 	}
 	const txCsum = txOffloadTCPCksum | txOffloadUDPCksum
 	if !c.SkipChecksums && !c.DisableOffloads && info.txOffloadCapa&txCsum == txCsum {
 		p.txOffloads |= txCsum
 		p.txChecksum = true
-		p.caps |= polarnet.CapTXChecksum
+		p.caps |= link.CapTXChecksum
 		// TSO also needs the IPv4 header checksum of every segment redone,
 		// and chains: a 64 KiB frame spans many mbufs.
 		const tsoNeeds = txOffloadTCPTSO | txOffloadIPv4Cksum | txOffloadMultiSegs
 		if info.txOffloadCapa&tsoNeeds == tsoNeeds {
 			p.txOffloads |= tsoNeeds
 			p.tso = true
-			p.caps |= polarnet.CapGSO
+			p.caps |= link.CapGSO
 			p.gsoMaxSize = gsoMaxSize
 		}
 	}

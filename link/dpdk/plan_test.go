@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The capabilities the PMDs of the tests report (DPDK 22.11), and a NIC's.
@@ -57,7 +57,7 @@ func TestPlanAFPacket(t *testing.T) {
 	assert.Equal(t, 1518, p.frameSize)
 	assert.Equal(t, 2048, p.dataRoom)
 	assert.Equal(t, rxChecksumLink, p.rxChecksum, "the local kernel's partial checksums are checked in the link")
-	assert.Equal(t, polarnet.CapRXChecksum, p.caps, "no TX offloads")
+	assert.Equal(t, link.CapRXChecksum, p.caps, "no TX offloads")
 	assert.False(t, p.txChecksum)
 	assert.False(t, p.rss)
 
@@ -139,7 +139,7 @@ func TestPlanMemif(t *testing.T) {
 	assert.Equal(t, 2048, p.dataRoom)
 	assert.Equal(t, 32, p.maxTxSegs)
 	assert.Equal(t, 33, p.maxRxSegs)
-	assert.Equal(t, polarnet.CapRXChecksum|polarnet.CapTXChecksum, p.caps)
+	assert.Equal(t, link.CapRXChecksum|link.CapTXChecksum, p.caps)
 	assert.Equal(t, rxChecksumTrusted, p.rxChecksum)
 	assert.Equal(t, 256, p.txStash)
 	assert.Equal(t, uint64(txOffloadMultiSegs), p.txOffloads)
@@ -154,7 +154,7 @@ func TestPlanTap(t *testing.T) {
 	assert.Equal(t, rxChecksumPMD, p.rxChecksum)
 	assert.True(t, p.txChecksum)
 	assert.True(t, p.tso)
-	assert.Equal(t, polarnet.CapRXChecksum|polarnet.CapTXChecksum|polarnet.CapGSO, p.caps)
+	assert.Equal(t, link.CapRXChecksum|link.CapTXChecksum|link.CapGSO, p.caps)
 	assert.Equal(t, 65535, p.gsoMaxSize)
 	assert.Equal(t, 32, p.maxTxSegs, "a 64 KiB TSO frame spans 2 KiB mbufs")
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestTinyPool runs a link on a mempool too small for its traffic: net_tap
@@ -45,13 +45,13 @@ func TestTinyPool(t *testing.T) {
 		binary.BigEndian.PutUint32(b[14:], uint32(seq))
 		return b
 	}
-	send := func(to polarnet.Queue, dst, src net.HardwareAddr, n int) {
+	send := func(to link.Queue, dst, src net.HardwareAddr, n int) {
 		deadline := time.Now().Add(10 * time.Second) // bounds a queue that never drains
 		for i := 0; i < n; {
 			require.True(t, time.Now().Before(deadline), "%d of %d frames sent", i, n)
-			batch := make([]polarnet.TxFrame, min(16, n-i))
+			batch := make([]link.TxFrame, min(16, n-i))
 			for j := range batch {
-				batch[j] = polarnet.TxFrame{Segs: [][]byte{frame(dst, src, i+j)}}
+				batch[j] = link.TxFrame{Segs: [][]byte{frame(dst, src, i+j)}}
 			}
 			sent, err := to.WriteBurst(batch)
 			require.NoError(t, err)
@@ -63,8 +63,8 @@ func TestTinyPool(t *testing.T) {
 	}
 	// receive reads tagged frames from q until want arrived, or nothing
 	// did for 300ms.
-	receive := func(q polarnet.Queue, want int) int {
-		bufs := make([]polarnet.RxFrame, 32)
+	receive := func(q link.Queue, want int) int {
+		bufs := make([]link.RxFrame, 32)
 		for i := range bufs {
 			bufs[i].Buf = make([]byte, 2048)
 		}

@@ -18,7 +18,8 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/link"
 )
 
 // queue is one RX/TX queue pair of a port.
@@ -100,7 +101,7 @@ func (c *queueCounters) snapshot() QueueStats {
 	}
 }
 
-var _ polarnet.Queue = (*queue)(nil)
+var _ link.Queue = (*queue)(nil)
 
 // newQueue sets up queue pair idx of the started port l; with intr, it
 // waits with the PMD's receive interrupts if it has them.
@@ -244,11 +245,11 @@ func (q *queue) freeC() {
 
 // ReadBurst copies up to len(frames) received frames into the engine's
 // buffers. Frames longer than a buffer are dropped and counted.
-func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	q.rxMu.RLock()
 	defer q.rxMu.RUnlock()
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	rx := q.rx
 	if rx.n == 0 {
@@ -262,7 +263,7 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 }
 
 // copyOut hands over frames of the pending burst and releases their mbufs.
-func (q *queue) copyOut(frames []polarnet.RxFrame) int {
+func (q *queue) copyOut(frames []link.RxFrame) int {
 	rx := q.rx
 	pending, start, maxSegs := int(rx.n), q.head, int(rx.max_segs)
 	out := 0
@@ -292,18 +293,18 @@ func (q *queue) copyOut(frames []polarnet.RxFrame) int {
 
 // checksumValid decides RxFrame.ChecksumValid for a frame whose PMD
 // reported l4 (0 unknown, 1 good, 2 bad, 3 none).
-func (q *queue) checksumValid(frame []byte, l4 uint8) bool {
+func (q *queue) checksumValid(f []byte, l4 uint8) bool {
 	switch q.plan.rxChecksum {
 	case rxChecksumTrusted:
 		return true
 	case rxChecksumPMD:
 		return l4 == 1
 	case rxChecksumLink:
-		valid, partial := checkL4(frame)
-		if partial {
+		res, _, _ := frame.CheckRX(f)
+		if res == frame.RxPartial {
 			q.stats.rxPartial.Add(1)
 		}
-		return valid
+		return res == frame.RxGood || res == frame.RxPartial
 	}
 	return false
 }
@@ -312,11 +313,11 @@ func (q *queue) checksumValid(frame []byte, l4 uint8) bool {
 // error, where the PMD's ring is full or the mempool is empty; a frame it
 // can never send (empty, too long, asking for offloads the link did not
 // offer) is an error, after the frames before it are sent.
-func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *queue) WriteBurst(frames []link.TxFrame) (int, error) {
 	q.txMu.RLock()
 	defer q.txMu.RUnlock()
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	tx := q.tx
 	sent, nf, used := 0, 0, 0
@@ -380,7 +381,7 @@ func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 }
 
 // copyIn copies frame f of length bytes into the stash mbufs from index m.
-func (q *queue) copyIn(f *polarnet.TxFrame, m, length int) {
+func (q *queue) copyIn(f *link.TxFrame, m, length int) {
 	tx := q.tx
 	dst := unsafe.Slice((*byte)(tx.stash_addr[m]), min(q.room, length))
 	off := 0
@@ -445,7 +446,7 @@ func (q *queue) prepareWait() (ready bool, err error) {
 	q.rxMu.RLock()
 	defer q.rxMu.RUnlock()
 	if q.link.closed.Load() {
-		return false, polarnet.ErrLinkClosed
+		return false, link.ErrClosed
 	}
 	w := &q.wait
 	if w.bell != nil {
@@ -540,11 +541,11 @@ func (q *queue) waitReady(fd uintptr) bool {
 	return n > 0
 }
 
-// waitError maps an error of a wait to ErrLinkClosed once the link is
+// waitError maps an error of a wait to link.ErrClosed once the link is
 // closed (which closes the epoll descriptor under a parked WaitRead).
 func (q *queue) waitError(err error) error {
 	if q.link.closed.Load() || errors.Is(err, os.ErrClosed) {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	return fmt.Errorf("dpdk: %s: waiting on queue %d: %w", q.link.info.Name, q.idx, err)
 }

@@ -2,7 +2,7 @@
 
 package dpdk
 
-import "github.com/polarnet/polarnet/polarnet"
+import "github.com/polarnet/polarnet/link"
 
 // The DPDK link is selectable with POLARNET_LINK=dpdk in binaries built with
 // -tags dpdk that import this package (dialer and listener do not: cgo
@@ -14,9 +14,9 @@ import "github.com/polarnet/polarnet/polarnet"
 // address), POLARNET_QUEUES and POLARNET_MTU the fields of the same names,
 // and POLARNET_LINK_OPTIONS takes the other Config fields; see
 // configFromParams.
-func init() { polarnet.RegisterLink("dpdk", openFromParams) }
+func init() { link.Register("dpdk", openFromParams) }
 
-func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
+func openFromParams(p link.Params) (link.Link, error) {
 	cfg, err := configFromParams(p)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func newRSSSteerer(key []byte, hf uint64, reta []uint16, queues int) (*rssSteere
 	return &rssSteerer{key: k, reta: append([]uint16(nil), reta...)}, nil
 }
 
-// RxQueue implements polarnet.Steerer.
+// RxQueue implements link.Steerer.
 func (s *rssSteerer) RxQueue(local, remote netip.AddrPort) int {
 	var buf [toeplitz.MaxInput]byte
 	in := toeplitz.Tuple(buf[:0], remote, local, true)

@@ -5,10 +5,10 @@ package dpdk
 import (
 	"fmt"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
-// New returns an error wrapping polarnet.ErrNotSupported: this build has no
+// New returns an error wrapping link.ErrNotSupported: this build has no
 // DPDK. Build with cgo and -tags dpdk, on Linux with DPDK installed.
 func New(Config) (Link, error) { return nil, errNoDPDK() }
 
@@ -18,5 +18,5 @@ func InitEAL(EALConfig) error { return errNoDPDK() }
 func errNoDPDK() error {
 	return fmt.Errorf("dpdk: %w: %s; build with `go build -tags dpdk` (cgo enabled, Linux, "+
 		"DPDK's headers and libraries installed: apt-get install libdpdk-dev pkg-config) "+
-		"and import github.com/polarnet/polarnet/link/dpdk", polarnet.ErrNotSupported, stubReason)
+		"and import github.com/polarnet/polarnet/link/dpdk", link.ErrNotSupported, stubReason)
 }

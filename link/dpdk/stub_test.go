@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestStub: without DPDK in the build, New and InitEAL say how to get it,
@@ -16,5 +16,5 @@ import (
 func TestStub(t *testing.T) {
 	l, err := New(Config{Device: "net_af_packet0,iface=eth0"})
 	linktest.CheckStub(t, "dpdk", l, err, "-tags dpdk", "libdpdk-dev", stubReason)
-	assert.ErrorIs(t, InitEAL(EALConfig{}), polarnet.ErrNotSupported)
+	assert.ErrorIs(t, InitEAL(EALConfig{}), link.ErrNotSupported)
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestLinkSuiteAFPacket runs the link suite between net_af_packet on one
@@ -22,7 +22,7 @@ func TestLinkSuiteAFPacket(t *testing.T) {
 		{"offloads=off", Config{DisableOffloads: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				v := newVeth(t, 1500)
 				cfg := c.cfg
 				cfg.Device = afPacketDevice(v.A, "framecnt=4096")
@@ -52,7 +52,7 @@ func TestLinkSuiteTap(t *testing.T) {
 		{"offloads=off", Config{DisableOffloads: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				tt := newTapTopo(t, c.cfg, false)
 				var p *linktest.PacketSocketLink
 				require.NoError(t, tt.NS.Do(func() (err error) {

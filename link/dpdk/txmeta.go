@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // RTE_MBUF_F_TX_* flags of rte_mbuf_core.h (checked against the headers
@@ -37,18 +37,18 @@ type txMeta struct {
 //
 // frameLen is the whole frame's length. With skip (SkipChecksums) nothing
 // is offloaded: the frame leaves with its partial checksum.
-func offloadMeta(off *polarnet.TxOffload, hdr []byte, frameLen int, p *portPlan, skip bool) (txMeta, error) {
-	if !off.NeedsChecksum && off.GSO == polarnet.GSONone {
+func offloadMeta(off *link.TxOffload, hdr []byte, frameLen int, p *portPlan, skip bool) (txMeta, error) {
+	if !off.NeedsChecksum && off.GSO == link.GSONone {
 		return txMeta{}, nil
 	}
-	gso := off.GSO != polarnet.GSONone
+	gso := off.GSO != link.GSONone
 	switch {
 	case skip && !gso:
 		return txMeta{}, nil
 	case gso && !p.tso:
-		return txMeta{}, fmt.Errorf("a frame asks for segmentation, which the link did not offer: %w", polarnet.ErrNotSupported)
+		return txMeta{}, fmt.Errorf("a frame asks for segmentation, which the link did not offer: %w", link.ErrNotSupported)
 	case !gso && !p.txChecksum:
-		return txMeta{}, fmt.Errorf("a frame asks for checksum offload, which the link did not offer: %w", polarnet.ErrNotSupported)
+		return txMeta{}, fmt.Errorf("a frame asks for checksum offload, which the link did not offer: %w", link.ErrNotSupported)
 	}
 	l4Start := int(off.ChecksumStart)
 	if l4Start < ethHdrLen+20 || l4Start+int(off.ChecksumOffset)+2 > len(hdr) {

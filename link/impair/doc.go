@@ -1,4 +1,4 @@
-// Package impair is netem in user space: a polarnet.Link decorator that
+// Package impair is netem in user space: a link.Link decorator that
 // delays, jitters, drops, reorders, duplicates and corrupts frames, limits
 // the rate and clamps the TCP MSS, in both directions; and a Relay that
 // joins two links, so that traffic between two kernel stacks (two TAP

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/frame"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // Impairment is what happens to the frames of one direction. The zero value
@@ -95,13 +95,13 @@ const (
 	retryInterval = 200 * time.Microsecond
 )
 
-// Link is the decorator: a polarnet.Link over the link it wraps, with the
+// Link is the decorator: a link.Link over the link it wraps, with the
 // impairments of its Config.
 type Link struct {
-	inner  polarnet.Link
-	info   polarnet.LinkInfo
+	inner  link.Link
+	info   link.Info
 	cfg    atomic.Pointer[Config]
-	queues []polarnet.Queue
+	queues []link.Queue
 	closed atomic.Bool
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -109,18 +109,18 @@ type Link struct {
 	err    error
 }
 
-var _ polarnet.Link = (*Link)(nil)
+var _ link.Link = (*Link)(nil)
 
 // New wraps inner with the impairments of cfg, which must pass Check (New
 // panics otherwise: configurations are written by programmers). The
 // decorator owns inner: closing it closes inner.
-func New(inner polarnet.Link, cfg Config) *Link {
+func New(inner link.Link, cfg Config) *Link {
 	if err := cfg.Check(); err != nil {
 		panic(err)
 	}
 	l := &Link{inner: inner, info: inner.Info(), done: make(chan struct{})}
-	if cfg.Egress.Corrupt > 0 && l.info.Caps&polarnet.CapGSO != 0 {
-		l.info.Caps &^= polarnet.CapGSO
+	if cfg.Egress.Corrupt > 0 && l.info.Caps&link.CapGSO != 0 {
+		l.info.Caps &^= link.CapGSO
 		l.info.GSOMaxSize = 0
 	}
 	l.cfg.Store(&cfg)
@@ -155,21 +155,21 @@ func (l *Link) Set(cfg Config) error {
 // Config returns the impairments in force.
 func (l *Link) Config() Config { return *l.cfg.Load() }
 
-// Info implements polarnet.Link: the wrapped link's, without CapGSO when
+// Info implements link.Link: the wrapped link's, without CapGSO when
 // Egress.Corrupt was set at New.
-func (l *Link) Info() polarnet.LinkInfo {
+func (l *Link) Info() link.Info {
 	info := l.info
 	info.MAC = append(net.HardwareAddr(nil), l.info.MAC...)
 	return info
 }
 
-// Queues implements polarnet.Link.
-func (l *Link) Queues() []polarnet.Queue { return l.queues }
+// Queues implements link.Link.
+func (l *Link) Queues() []link.Queue { return l.queues }
 
 // Close stops the decorator, drops the frames still waiting and closes the
-// wrapped link. Closing again returns ErrLinkClosed.
+// wrapped link. Closing again returns link.ErrClosed.
 func (l *Link) Close() error {
-	err := error(polarnet.ErrLinkClosed)
+	err := error(link.ErrClosed)
 	l.once.Do(func() {
 		l.closed.Store(true)
 		close(l.done)
@@ -238,7 +238,7 @@ type pending struct {
 	// csumValid is the received frame's ChecksumValid; offload the sent
 	// frame's request.
 	csumValid bool
-	offload   polarnet.TxOffload
+	offload   link.TxOffload
 }
 
 func (p *pending) data() []byte { return (*p.buf)[:p.n] }
@@ -272,7 +272,7 @@ func (d *direction) idle() bool { return d.queued() == 0 && d.held == nil }
 
 // admit applies imp to one frame (the gather list segs of n bytes, with its
 // checksum state) and queues what comes out, copied. Callers hold mu.
-func (d *direction) admit(imp *Impairment, now time.Time, segs [][]byte, n int, csumValid bool, offload polarnet.TxOffload, egress bool) {
+func (d *direction) admit(imp *Impairment, now time.Time, segs [][]byte, n int, csumValid bool, offload link.TxOffload, egress bool) {
 	d.stats.Frames++
 	if imp.Loss > 0 && d.rng.Float64() < imp.Loss {
 		d.stats.Lost++
@@ -348,7 +348,7 @@ func (d *direction) patch(imp *Impairment, p *pending, egress bool, r draws) {
 	if !r.corrupt {
 		return
 	}
-	if egress && p.offload.GSO != polarnet.GSONone {
+	if egress && p.offload.GSO != link.GSONone {
 		return // its segments' checksums would cover the flip
 	}
 	if partial {
@@ -357,7 +357,7 @@ func (d *direction) patch(imp *Impairment, p *pending, egress bool, r draws) {
 		if egress {
 			o := p.offload
 			frame.CompletePartial(f, int(o.ChecksumStart), int(o.ChecksumOffset), len(f))
-			p.offload = polarnet.TxOffload{}
+			p.offload = link.TxOffload{}
 		} else if pkt, ok := frame.Parse(f); ok {
 			frame.FixChecksum(f, pkt)
 		}

@@ -11,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/impair"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link/pipe"
 )
 
 func TestSuite(t *testing.T) {
@@ -27,8 +28,8 @@ func TestSuite(t *testing.T) {
 		{"ClampMSS", impair.Symmetric(impair.Impairment{ClampMSS: 536}, 1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(*testing.T) (polarnet.Link, polarnet.Link) {
-				a, b := linktest.Pipe(linktest.PipeConfig{MTU: 9000})
+			linktest.TestLinkPair(t, func(*testing.T) (link.Link, link.Link) {
+				a, b := pipe.New(pipe.Config{MTU: 9000})
 				return impair.New(a, tc.cfg), b
 			})
 		})
@@ -36,9 +37,9 @@ func TestSuite(t *testing.T) {
 }
 
 func TestRelaySuite(t *testing.T) {
-	linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
-		a1, a2 := linktest.Pipe(linktest.PipeConfig{})
-		b1, b2 := linktest.Pipe(linktest.PipeConfig{})
+	linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
+		a1, a2 := pipe.New(pipe.Config{})
+		b1, b2 := pipe.New(pipe.Config{})
 		r, err := impair.NewRelay(a2, impair.New(b1, impair.Symmetric(impair.Impairment{Delay: 100 * time.Microsecond}, 1)))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, r.Close()) })
@@ -71,10 +72,10 @@ type arrival struct {
 }
 
 // send writes frames one WriteBurst each, spaced by gap.
-func send(t *testing.T, q polarnet.Queue, frames [][]byte, gap time.Duration, offload polarnet.TxOffload) {
+func send(t *testing.T, q link.Queue, frames [][]byte, gap time.Duration, offload link.TxOffload) {
 	t.Helper()
 	for _, f := range frames {
-		n, err := q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{f[:20], f[20:]}, Offload: offload}})
+		n, err := q.WriteBurst([]link.TxFrame{{Segs: [][]byte{f[:20], f[20:]}, Offload: offload}})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		if gap > 0 {
@@ -84,10 +85,10 @@ func send(t *testing.T, q polarnet.Queue, frames [][]byte, gap time.Duration, of
 }
 
 // collect reads from q until want frames arrived or quiet passes with none.
-func collect(t *testing.T, q polarnet.Queue, want int, quiet time.Duration) []arrival {
+func collect(t *testing.T, q link.Queue, want int, quiet time.Duration) []arrival {
 	t.Helper()
 	var out []arrival
-	rx := make([]polarnet.RxFrame, 16)
+	rx := make([]link.RxFrame, 16)
 	for i := range rx {
 		rx[i].Buf = make([]byte, 9100)
 	}
@@ -118,9 +119,9 @@ func frames(n, size int) [][]byte {
 // run sends n frames through an impairment on the sending side (egress) or
 // the receiving side (ingress) and returns what arrived.
 func run(t *testing.T, cfg impair.Config, n int, ingress bool) ([]arrival, impair.Stats) {
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	var imp *impair.Link
-	var tx, rx polarnet.Link = a, b
+	var tx, rx link.Link = a, b
 	if ingress {
 		imp = impair.New(b, cfg)
 		rx = imp
@@ -130,7 +131,7 @@ func run(t *testing.T, cfg impair.Config, n int, ingress bool) ([]arrival, impai
 	}
 	defer tx.Close()
 	defer rx.Close()
-	send(t, tx.Queues()[0], frames(n, 200), 0, polarnet.TxOffload{})
+	send(t, tx.Queues()[0], frames(n, 200), 0, link.TxOffload{})
 	got := collect(t, rx.Queues()[0], 2*n, 300*time.Millisecond)
 	return got, imp.Stats()
 }
@@ -189,8 +190,8 @@ func TestCorruptionIsDetectable(t *testing.T) {
 	imp := impair.Impairment{Corrupt: 1}
 	for _, ingress := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ingress=%v", ingress), func(t *testing.T) {
-			a, b := linktest.Pipe(linktest.PipeConfig{})
-			var tx, rx polarnet.Link = a, b
+			a, b := pipe.New(pipe.Config{})
+			var tx, rx link.Link = a, b
 			if ingress {
 				rx = impair.New(b, impair.Config{Ingress: imp, Seed: 7})
 			} else {
@@ -208,7 +209,7 @@ func TestCorruptionIsDetectable(t *testing.T) {
 				binary.BigEndian.PutUint16(f[p.L4+16:], frame.Fold(frame.PseudoHeaderSum(p, p.End-p.L4)))
 				sent = append(sent, f)
 			}
-			send(t, tx.Queues()[0], sent, 0, polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: frame.EthLen + frame.IPv4Len, ChecksumOffset: 16})
+			send(t, tx.Queues()[0], sent, 0, link.TxOffload{NeedsChecksum: true, ChecksumStart: frame.EthLen + frame.IPv4Len, ChecksumOffset: 16})
 			got := collect(t, rx.Queues()[0], len(sent), 200*time.Millisecond)
 			require.Len(t, got, len(sent))
 			for i, g := range got {
@@ -229,13 +230,13 @@ func TestCorruptionIsDetectable(t *testing.T) {
 
 func TestDelayAndRate(t *testing.T) {
 	const delay = 20 * time.Millisecond
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	tx := impair.New(a, impair.Config{Egress: impair.Impairment{Delay: delay, Jitter: 5 * time.Millisecond, Rate: 8_000_000}})
 	defer tx.Close()
 	defer b.Close()
 	start := time.Now()
 	// 100 frames of 1000 bytes at 8 Mbit/s take 100ms to serialise.
-	send(t, tx.Queues()[0], frames(100, 1000), 0, polarnet.TxOffload{})
+	send(t, tx.Queues()[0], frames(100, 1000), 0, link.TxOffload{})
 	got := collect(t, b.Queues()[0], 100, time.Second)
 	require.Len(t, got, 100)
 	assert.GreaterOrEqual(t, got[0].at.Sub(start), delay-5*time.Millisecond)
@@ -251,14 +252,14 @@ func TestDelayAndRate(t *testing.T) {
 
 func TestIngressDelayWakesWaitRead(t *testing.T) {
 	const delay = 30 * time.Millisecond
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	rx := impair.New(b, impair.Config{Ingress: impair.Impairment{Delay: delay}})
 	defer a.Close()
 	defer rx.Close()
 	q := rx.Queues()[0]
 	start := time.Now()
-	send(t, a.Queues()[0], frames(1, 100), 0, polarnet.TxOffload{})
-	buf := []polarnet.RxFrame{{Buf: make([]byte, 1514)}}
+	send(t, a.Queues()[0], frames(1, 100), 0, link.TxOffload{})
+	buf := []link.RxFrame{{Buf: make([]byte, 1514)}}
 	for i := 0; ; i++ {
 		require.Less(t, i, 100, "WaitRead spins")
 		n, err := q.ReadBurst(buf)
@@ -277,14 +278,14 @@ func TestClampMSS(t *testing.T) {
 		Flags: frame.FlagSYN, Options: frame.MSSOption(1460),
 	})
 	for _, partial := range []bool{false, true} {
-		a, b := linktest.Pipe(linktest.PipeConfig{})
+		a, b := pipe.New(pipe.Config{})
 		tx := impair.New(a, impair.Config{Egress: impair.Impairment{ClampMSS: 1200}})
 		f := append([]byte(nil), syn...)
-		var off polarnet.TxOffload
+		var off link.TxOffload
 		p, _ := frame.Parse(f)
 		if partial {
 			binary.BigEndian.PutUint16(f[p.L4+16:], frame.Fold(frame.PseudoHeaderSum(p, p.End-p.L4)))
-			off = polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 16}
+			off = link.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 16}
 		}
 		send(t, tx.Queues()[0], [][]byte{f}, 0, off)
 		got := collect(t, b.Queues()[0], 1, 200*time.Millisecond)
@@ -304,8 +305,8 @@ func TestClampMSS(t *testing.T) {
 }
 
 func TestRelayCompletesPartialChecksums(t *testing.T) {
-	a1, a2 := linktest.Pipe(linktest.PipeConfig{})
-	b1, b2 := linktest.Pipe(linktest.PipeConfig{MTU: 576})
+	a1, a2 := pipe.New(pipe.Config{})
+	b1, b2 := pipe.New(pipe.Config{MTU: 576})
 	r, err := impair.NewRelay(a2, b1)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, r.Close()) }()
@@ -315,7 +316,7 @@ func TestRelayCompletesPartialChecksums(t *testing.T) {
 	p, _ := frame.Parse(f)
 	binary.BigEndian.PutUint16(f[p.L4+16:], frame.Fold(frame.PseudoHeaderSum(p, p.End-p.L4)))
 	// The pipe marks it ChecksumValid on a2; the relay must complete it.
-	send(t, a1.Queues()[0], [][]byte{f, dataFrame(2, 1000)}, 0, polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 16})
+	send(t, a1.Queues()[0], [][]byte{f, dataFrame(2, 1000)}, 0, link.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 16})
 	got := collect(t, b2.Queues()[0], 1, 200*time.Millisecond)
 	require.Len(t, got, 1, "the 1000-byte frame exceeds MTU 576")
 	assert.True(t, frame.ChecksumOK(got[0].data, p))
@@ -332,15 +333,15 @@ func TestCheck(t *testing.T) {
 
 func TestHidesGSOWhenCorrupting(t *testing.T) {
 	gso := &gsoLink{}
-	assert.NotZero(t, impair.New(gso, impair.Config{}).Info().Caps&polarnet.CapGSO)
-	assert.Zero(t, impair.New(gso, impair.Config{Egress: impair.Impairment{Corrupt: 0.1}}).Info().Caps&polarnet.CapGSO)
+	assert.NotZero(t, impair.New(gso, impair.Config{}).Info().Caps&link.CapGSO)
+	assert.Zero(t, impair.New(gso, impair.Config{Egress: impair.Impairment{Corrupt: 0.1}}).Info().Caps&link.CapGSO)
 }
 
 // gsoLink is a queueless link that claims GSO, for Info checks.
 type gsoLink struct{}
 
-func (*gsoLink) Info() polarnet.LinkInfo {
-	return polarnet.LinkInfo{Name: "gso", MTU: 1500, RxFrameSize: 65535, Caps: polarnet.CapGSO | polarnet.CapTXChecksum, GSOMaxSize: 65535}
+func (*gsoLink) Info() link.Info {
+	return link.Info{Name: "gso", MTU: 1500, RxFrameSize: 65535, Caps: link.CapGSO | link.CapTXChecksum, GSOMaxSize: 65535}
 }
-func (*gsoLink) Queues() []polarnet.Queue { return nil }
-func (*gsoLink) Close() error             { return nil }
+func (*gsoLink) Queues() []link.Queue { return nil }
+func (*gsoLink) Close() error         { return nil }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // stagingLen is how many frames a ReadBurst takes from the wrapped link at
@@ -15,30 +15,30 @@ const stagingLen = 32
 // queue is one queue pair of the decorator.
 type queue struct {
 	link   *Link
-	inner  polarnet.Queue
+	inner  link.Queue
 	tx, rx direction
 
 	// txMu serialises the wrapped queue's WriteBurst between the engine's
 	// writer and the pump, and guards the tx scratch slices.
 	txMu   sync.Mutex
 	txDue  []*pending
-	txOut  []polarnet.TxFrame
+	txOut  []link.TxFrame
 	txSegs [][]byte
 	kick   chan struct{}
 
 	// The poller's: ReadBurst and WaitRead.
-	staging []polarnet.RxFrame
+	staging []link.RxFrame
 	rxDue   []*pending
 	rxSeg   [1][]byte
 	rxTimer *time.Timer
 }
 
-// WriteBurst implements polarnet.Queue. It accepts every frame: the ones the
+// WriteBurst implements link.Queue. It accepts every frame: the ones the
 // impairment drops are counted in Stats, as are those the wrapped link
 // refuses later.
-func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *queue) WriteBurst(frames []link.TxFrame) (int, error) {
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	imp := &q.link.cfg.Load().Egress
 	q.txMu.Lock()
@@ -61,7 +61,7 @@ func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 		d.admit(imp, now, f.Segs, f.Len(), false, f.Offload, true)
 	}
 	d.mu.Unlock()
-	if err := q.flushTx(); errors.Is(err, polarnet.ErrLinkClosed) {
+	if err := q.flushTx(); errors.Is(err, link.ErrClosed) {
 		return 0, err
 	}
 	q.kickPump()
@@ -72,7 +72,7 @@ func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 func (q *queue) flushTx() error {
 	if q.txDue == nil {
 		q.txDue = make([]*pending, 0, maxBurst)
-		q.txOut = make([]polarnet.TxFrame, maxBurst)
+		q.txOut = make([]link.TxFrame, maxBurst)
 		q.txSegs = make([][]byte, maxBurst)
 	}
 	d := &q.tx
@@ -86,7 +86,7 @@ func (q *queue) flushTx() error {
 		out := q.txOut[:len(due)]
 		for i, p := range due {
 			q.txSegs[i] = p.data()
-			out[i] = polarnet.TxFrame{Segs: q.txSegs[i : i+1 : i+1], Offload: p.offload}
+			out[i] = link.TxFrame{Segs: q.txSegs[i : i+1 : i+1], Offload: p.offload}
 		}
 		n, err := q.inner.WriteBurst(out)
 		d.mu.Lock()
@@ -102,7 +102,7 @@ func (q *queue) flushTx() error {
 			if i < n || err != nil {
 				putBuf(p.buf)
 			}
-			due[i], q.txSegs[i], out[i] = nil, nil, polarnet.TxFrame{}
+			due[i], q.txSegs[i], out[i] = nil, nil, link.TxFrame{}
 		}
 		if err != nil || n < maxBurst {
 			return err
@@ -143,12 +143,12 @@ func (q *queue) pump() {
 	}
 }
 
-// ReadBurst implements polarnet.Queue. With an ingress impairment it takes
+// ReadBurst implements link.Queue. With an ingress impairment it takes
 // frames from the wrapped link into its own buffers and returns those that
 // are due, copied into the engine's.
-func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	imp := &q.link.cfg.Load().Ingress
 	d := &q.rx
@@ -162,7 +162,7 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 	}
 	if q.staging == nil {
 		size := q.link.inner.Info().RxFrameSize
-		q.staging = make([]polarnet.RxFrame, stagingLen)
+		q.staging = make([]link.RxFrame, stagingLen)
 		for i := range q.staging {
 			q.staging[i].Buf = make([]byte, size)
 		}
@@ -173,7 +173,7 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 	for i := range q.staging[:n] {
 		f := &q.staging[i]
 		q.rxSeg[0] = f.Buf[:f.Len]
-		d.admit(imp, now, q.rxSeg[:], f.Len, f.ChecksumValid, polarnet.TxOffload{}, false)
+		d.admit(imp, now, q.rxSeg[:], f.Len, f.ChecksumValid, link.TxOffload{}, false)
 	}
 	q.rxSeg[0] = nil
 	due := d.popDue(now, q.rxDue[:0:min(len(frames), maxBurst)])
@@ -194,12 +194,12 @@ func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 	return k, err
 }
 
-// WaitRead implements polarnet.Queue: it returns at once while a received
+// WaitRead implements link.Queue: it returns at once while a received
 // frame is due, and otherwise waits on the wrapped queue with a timer that
 // interrupts it when the first waiting frame falls due.
 func (q *queue) WaitRead() error {
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	d := &q.rx
 	d.mu.Lock()
@@ -216,5 +216,5 @@ func (q *queue) WaitRead() error {
 	return q.inner.WaitRead()
 }
 
-// Interrupt implements polarnet.Queue.
+// Interrupt implements link.Queue.
 func (q *queue) Interrupt() { q.inner.Interrupt() }

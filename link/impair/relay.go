@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/frame"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // relayBurst is how many frames the relay moves per ReadBurst.
@@ -42,13 +42,13 @@ const relayErrorBackoff = 10 * time.Millisecond
 //
 // To impair the path, wrap one of the links with New before joining them.
 type Relay struct {
-	a, b    polarnet.Link
+	a, b    link.Link
 	stop    atomic.Bool
 	wg      sync.WaitGroup
 	once    sync.Once
 	err     error
 	ab, ba  relayCounters
-	readers []polarnet.Queue
+	readers []link.Queue
 }
 
 // RelayStats counts what a Relay forwarded, per direction.
@@ -84,7 +84,7 @@ func (c *relayCounters) snapshot() RelayDirectionStats {
 
 // NewRelay starts forwarding between a and b; the Relay owns both links and
 // closes them in Close.
-func NewRelay(a, b polarnet.Link) (*Relay, error) {
+func NewRelay(a, b link.Link) (*Relay, error) {
 	if len(a.Queues()) == 0 || len(b.Queues()) == 0 {
 		return nil, errors.Join(fmt.Errorf("impair: relay between %s and %s: a link without queues", a.Info().Name, b.Info().Name), a.Close(), b.Close())
 	}
@@ -95,7 +95,7 @@ func NewRelay(a, b polarnet.Link) (*Relay, error) {
 }
 
 // start runs one goroutine per receiving queue of from.
-func (r *Relay) start(from, to polarnet.Link, c *relayCounters) {
+func (r *Relay) start(from, to link.Link, c *relayCounters) {
 	outs := to.Queues()
 	locks := make([]sync.Mutex, len(outs))
 	maxLen := to.Info().MTU + frame.EthLen
@@ -108,13 +108,13 @@ func (r *Relay) start(from, to polarnet.Link, c *relayCounters) {
 }
 
 // forward moves frames from in to out until the relay stops or in closes.
-func (r *Relay) forward(in, out polarnet.Queue, outMu *sync.Mutex, maxLen, bufSize int, c *relayCounters) {
+func (r *Relay) forward(in, out link.Queue, outMu *sync.Mutex, maxLen, bufSize int, c *relayCounters) {
 	defer r.wg.Done()
-	rx := make([]polarnet.RxFrame, relayBurst)
+	rx := make([]link.RxFrame, relayBurst)
 	for i := range rx {
 		rx[i].Buf = make([]byte, bufSize)
 	}
-	tx := make([]polarnet.TxFrame, 0, relayBurst)
+	tx := make([]link.TxFrame, 0, relayBurst)
 	segs := make([][]byte, relayBurst)
 	for !r.stop.Load() {
 		n, err := in.ReadBurst(rx)
@@ -131,17 +131,17 @@ func (r *Relay) forward(in, out polarnet.Queue, outMu *sync.Mutex, maxLen, bufSi
 				}
 			}
 			segs[len(tx)] = f
-			tx = append(tx, polarnet.TxFrame{Segs: segs[len(tx) : len(tx)+1 : len(tx)+1]})
+			tx = append(tx, link.TxFrame{Segs: segs[len(tx) : len(tx)+1 : len(tx)+1]})
 		}
 		r.send(out, outMu, tx, c)
 		switch {
-		case errors.Is(err, polarnet.ErrLinkClosed):
+		case errors.Is(err, link.ErrClosed):
 			return
 		case err != nil:
 			c.errors.Add(1)
 			time.Sleep(relayErrorBackoff)
 		case n == 0:
-			if werr := in.WaitRead(); errors.Is(werr, polarnet.ErrLinkClosed) {
+			if werr := in.WaitRead(); errors.Is(werr, link.ErrClosed) {
 				return
 			} else if werr != nil {
 				c.errors.Add(1)
@@ -154,7 +154,7 @@ func (r *Relay) forward(in, out polarnet.Queue, outMu *sync.Mutex, maxLen, bufSi
 // send writes tx to out. A link without room (a full ring) is given a few
 // milliseconds to drain, as the relay's own queue would, so that the relay
 // pushes back on its source rather than dropping at once.
-func (r *Relay) send(out polarnet.Queue, outMu *sync.Mutex, tx []polarnet.TxFrame, c *relayCounters) {
+func (r *Relay) send(out link.Queue, outMu *sync.Mutex, tx []link.TxFrame, c *relayCounters) {
 	for try := 0; len(tx) > 0; try++ {
 		outMu.Lock()
 		m, err := out.WriteBurst(tx)

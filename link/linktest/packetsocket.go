@@ -13,14 +13,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // packetRcvBuf is the receive buffer PacketSocketLink asks for: enough for a
 // suite burst of jumbo frames while the reader catches up.
 const packetRcvBuf = 4 << 20
 
-// PacketSocketLink is a single-queue polarnet.Link over an AF_PACKET socket
+// PacketSocketLink is a single-queue link.Link over an AF_PACKET socket
 // bound to one network interface. It plays the far end of a real device in
 // link tests: the kernel-side interface of a TAP, or the peer of a veth.
 //
@@ -35,10 +35,10 @@ const packetRcvBuf = 4 << 20
 // WaitRead parks its goroutine there; Interrupt wakes it by expiring a read
 // deadline.
 type PacketSocketLink struct {
-	info  polarnet.LinkInfo
+	info  link.Info
 	file  *os.File
 	conn  syscall.RawConn
-	queue []polarnet.Queue
+	queue []link.Queue
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -46,8 +46,8 @@ type PacketSocketLink struct {
 }
 
 var (
-	_ polarnet.Link  = (*PacketSocketLink)(nil)
-	_ polarnet.Queue = (*PacketSocketLink)(nil)
+	_ link.Link  = (*PacketSocketLink)(nil)
+	_ link.Queue = (*PacketSocketLink)(nil)
 )
 
 // OpenPacketSocket opens a PacketSocketLink on the interface ifname of the
@@ -79,7 +79,7 @@ func OpenPacketSocket(ifname string) (*PacketSocketLink, error) {
 		return nil, fmt.Errorf("linktest: packet socket on %s: %w", ifname, err)
 	}
 	l := &PacketSocketLink{
-		info: polarnet.LinkInfo{
+		info: link.Info{
 			Name:        ifname,
 			MAC:         ifi.HardwareAddr,
 			MTU:         ifi.MTU,
@@ -88,7 +88,7 @@ func OpenPacketSocket(ifname string) (*PacketSocketLink, error) {
 		file: file,
 		conn: conn,
 	}
-	l.queue = []polarnet.Queue{l}
+	l.queue = []link.Queue{l}
 	return l, nil
 }
 
@@ -118,13 +118,13 @@ func htons(v uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-// Info implements polarnet.Link.
-func (l *PacketSocketLink) Info() polarnet.LinkInfo { return l.info }
+// Info implements link.Link.
+func (l *PacketSocketLink) Info() link.Info { return l.info }
 
-// Queues implements polarnet.Link: the link is its own only queue.
-func (l *PacketSocketLink) Queues() []polarnet.Queue { return l.queue }
+// Queues implements link.Link: the link is its own only queue.
+func (l *PacketSocketLink) Queues() []link.Queue { return l.queue }
 
-// Close implements polarnet.Link. Closing again returns the first result.
+// Close implements link.Link. Closing again returns the first result.
 func (l *PacketSocketLink) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
@@ -135,11 +135,11 @@ func (l *PacketSocketLink) Close() error {
 	return l.closeErr
 }
 
-// ReadBurst implements polarnet.Queue. Frames larger than RxFrameSize are
+// ReadBurst implements link.Queue. Frames larger than RxFrameSize are
 // dropped rather than truncated.
-func (l *PacketSocketLink) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (l *PacketSocketLink) ReadBurst(frames []link.RxFrame) (int, error) {
 	if l.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	n := 0
 	var recvErr error
@@ -166,12 +166,12 @@ func (l *PacketSocketLink) ReadBurst(frames []polarnet.RxFrame) (int, error) {
 	return n, l.opError("read", errors.Join(err, recvErr))
 }
 
-// WriteBurst implements polarnet.Queue. A full socket buffer is the
+// WriteBurst implements link.Queue. A full socket buffer is the
 // contract's full ring: the frames not yet written are returned to the
 // caller as not accepted.
-func (l *PacketSocketLink) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (l *PacketSocketLink) WriteBurst(frames []link.TxFrame) (int, error) {
 	if l.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	n := 0
 	var sendErr error
@@ -193,10 +193,10 @@ func (l *PacketSocketLink) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 	return n, l.opError("write", errors.Join(err, sendErr))
 }
 
-// WaitRead implements polarnet.Queue.
+// WaitRead implements link.Queue.
 func (l *PacketSocketLink) WaitRead() error {
 	if l.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	// The netpoller is edge-triggered and ReadBurst may have left frames
 	// queued, so the callback asks the socket itself before parking.
@@ -209,21 +209,21 @@ func (l *PacketSocketLink) WaitRead() error {
 	return l.opError("wait", err)
 }
 
-// Interrupt implements polarnet.Queue. A deadline in the past wakes a
+// Interrupt implements link.Queue. A deadline in the past wakes a
 // parked WaitRead, or makes the next one return at once.
 func (l *PacketSocketLink) Interrupt() {
 	// Fails only once the link is closed, when WaitRead returns anyway.
 	_ = l.file.SetReadDeadline(time.Unix(0, 1))
 }
 
-// opError maps errors of a closed link to polarnet.ErrLinkClosed and names
+// opError maps errors of a closed link to link.ErrClosed and names
 // the link in the others.
 func (l *PacketSocketLink) opError(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case l.closed.Load():
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	default:
 		return fmt.Errorf("linktest: %s %s: %w", op, l.info.Name, err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestPacketSocketVeth runs the suite over a real device: a veth pair in a
@@ -21,7 +21,7 @@ func TestPacketSocketVeth(t *testing.T) {
 	testenv.RequirePriv(t)
 	for _, mtu := range []int{1500, 9000, 65535} {
 		t.Run(fmt.Sprint("MTU", mtu), func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				return vethPair(t, mtu)
 			})
 		})
@@ -30,9 +30,9 @@ func TestPacketSocketVeth(t *testing.T) {
 
 // vethPair opens a PacketSocketLink on each end of a new veth pair.
 func vethPair(t *testing.T, mtu int) (a, b *linktest.PacketSocketLink) {
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	x, y := netns.UniqueName("pnl"), netns.UniqueName("pnl")
-	netns.Veth(t, x, y)
+	testenv.Veth(t, x, y)
 	for _, name := range []string{x, y} {
 		require.NoError(t, ns.MoveLink(name))
 		_, err := ns.Exec("ip", "link", "set", "dev", name, "mtu", strconv.Itoa(mtu))

@@ -1,3 +1,8 @@
+// Package linktest is the test kit for links: the suite every link.Link must
+// pass (TestLinkPair), an AF_PACKET link (PacketSocketLink) that plays the
+// far end of a real device, and CheckStub for builds without a cgo link.
+// It imports testing and testify, so only tests import it; the in-memory
+// link is package link/pipe.
 package linktest
 
 import (
@@ -15,8 +20,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
+
+// ethHeaderLen is the length of an Ethernet header without VLAN tags: what
+// a frame carries on top of the MTU.
+const ethHeaderLen = 14
 
 // Suite frames carry, after the Ethernet header, a tag telling them from the
 // noise of real interfaces (IPv6 router solicitations, MLD reports) and from
@@ -42,7 +51,7 @@ const (
 )
 
 // TestLinkPair checks that a pair of links wired back to back meets the
-// polarnet.Link contract: every frame written to a queue of a arrives on some
+// link.Link contract: every frame written to a queue of a arrives on some
 // queue of b, byte for byte, and vice versa.
 //
 // open is called once per subtest with the subtest's t and must return fresh
@@ -55,8 +64,8 @@ const (
 // traffic on the links is ignored. Frames sent on one queue must arrive in
 // order on each receiving queue; which receiving queue they reach is up to
 // the link's steering.
-func TestLinkPair(t *testing.T, open func(t *testing.T) (a, b polarnet.Link)) {
-	pair := func(t *testing.T) (a, b polarnet.Link) {
+func TestLinkPair(t *testing.T, open func(t *testing.T) (a, b link.Link)) {
+	pair := func(t *testing.T) (a, b link.Link) {
 		t.Helper()
 		a, b = open(t)
 		require.NotNil(t, a)
@@ -77,7 +86,7 @@ func TestLinkPair(t *testing.T, open func(t *testing.T) (a, b polarnet.Link)) {
 		sizes := frameSizes(maxFrame(a, b))
 		for _, dir := range []struct {
 			name     string
-			from, to polarnet.Link
+			from, to link.Link
 		}{{"AtoB", a, b}, {"BtoA", b, a}} {
 			t.Run(dir.name, func(t *testing.T) {
 				startTransfer(t, dir.from, dir.to, sizes, sizesBurstLen, 0).wait(t)
@@ -96,7 +105,7 @@ func TestLinkPair(t *testing.T, open func(t *testing.T) (a, b polarnet.Link)) {
 	// and B): l is the end checked, peer the other.
 	for _, c := range []struct {
 		name  string
-		check func(t *testing.T, l, peer polarnet.Link)
+		check func(t *testing.T, l, peer link.Link)
 	}{
 		{"WaitReadWakes", checkWaitReadWakes},
 		{"WaitReadPending", checkWaitReadPending},
@@ -119,7 +128,7 @@ func TestLinkPair(t *testing.T, open func(t *testing.T) (a, b polarnet.Link)) {
 }
 
 // closeLink closes l, accepting a link that is closed already.
-func closeLink(t *testing.T, l polarnet.Link) {
+func closeLink(t *testing.T, l link.Link) {
 	t.Helper()
 	if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		t.Errorf("closing %s: %v", l.Info().Name, err)
@@ -127,7 +136,7 @@ func closeLink(t *testing.T, l polarnet.Link) {
 }
 
 // checkInfo checks that l describes itself sensibly and consistently.
-func checkInfo(t *testing.T, l polarnet.Link) {
+func checkInfo(t *testing.T, l link.Link) {
 	info := l.Info()
 	assert.NotEmpty(t, info.Name)
 	if assert.Len(t, info.MAC, 6) {
@@ -135,7 +144,7 @@ func checkInfo(t *testing.T, l polarnet.Link) {
 	}
 	assert.GreaterOrEqual(t, info.MTU, 68, "%s: MTU below IPv4's minimum", info.Name)
 	assert.GreaterOrEqual(t, info.RxFrameSize, info.MTU+ethHeaderLen, "%s: RxFrameSize cannot hold an MTU-sized frame", info.Name)
-	if info.Caps&polarnet.CapGSO != 0 {
+	if info.Caps&link.CapGSO != 0 {
 		assert.Greater(t, info.GSOMaxSize, info.MTU+ethHeaderLen, "%s: CapGSO without a GSOMaxSize", info.Name)
 	}
 	assert.Equal(t, info, l.Info(), "Info must not change")
@@ -145,7 +154,7 @@ func checkInfo(t *testing.T, l polarnet.Link) {
 }
 
 // maxFrame is the largest frame both links carry.
-func maxFrame(a, b polarnet.Link) int {
+func maxFrame(a, b link.Link) int {
 	return min(a.Info().MTU, b.Info().MTU) + ethHeaderLen
 }
 
@@ -181,7 +190,7 @@ func burstSizes(largest, n int) []int {
 // transfer sends frames of the given sizes on every TX queue of one link and
 // checks their arrival on the other.
 type transfer struct {
-	from, to polarnet.Link
+	from, to link.Link
 	nonce    uint64
 	sent     [][][]byte // sent[txq][seq] is the frame
 	rx       *receiver
@@ -191,7 +200,7 @@ type transfer struct {
 
 // startTransfer starts a receiver on to, then after delay sends the frames
 // from every TX queue of from, burst frames per WriteBurst.
-func startTransfer(t *testing.T, from, to polarnet.Link, sizes []int, burst int, delay time.Duration) *transfer {
+func startTransfer(t *testing.T, from, to link.Link, sizes []int, burst int, delay time.Duration) *transfer {
 	t.Helper()
 	tr := &transfer{
 		from:     from,
@@ -246,13 +255,13 @@ func gather(f []byte, seq int) [][]byte {
 
 // send writes the frames of one TX queue in order, retrying those a full
 // ring did not accept.
-func (tr *transfer) send(q polarnet.Queue, txq, burst int) error {
+func (tr *transfer) send(q link.Queue, txq, burst int) error {
 	frames := tr.sent[txq]
-	batch := make([]polarnet.TxFrame, 0, burst)
+	batch := make([]link.TxFrame, 0, burst)
 	for next := 0; next < len(frames); {
 		batch = batch[:0]
 		for seq := next; seq < min(next+burst, len(frames)); seq++ {
-			batch = append(batch, polarnet.TxFrame{Segs: gather(frames[seq], seq)})
+			batch = append(batch, link.TxFrame{Segs: gather(frames[seq], seq)})
 		}
 		n, err := q.WriteBurst(batch)
 		switch {
@@ -344,7 +353,7 @@ func firstMissing(arrived [][]bool, sent [][][]byte) string {
 // engine's pollers do, and passes on the frames tagged with its nonce.
 type receiver struct {
 	t       *testing.T
-	link    polarnet.Link
+	link    link.Link
 	nonce   uint64
 	got     chan rxFrame
 	errs    chan error // at most one per queue: its goroutine then ends
@@ -361,7 +370,7 @@ type rxFrame struct {
 
 // startReceiver starts a receiver with room for want frames; t.Cleanup stops
 // it if the test ends first.
-func startReceiver(t *testing.T, l polarnet.Link, nonce uint64, want int) *receiver {
+func startReceiver(t *testing.T, l link.Link, nonce uint64, want int) *receiver {
 	queues := l.Queues()
 	r := &receiver{
 		t:     t,
@@ -379,9 +388,9 @@ func startReceiver(t *testing.T, l polarnet.Link, nonce uint64, want int) *recei
 	return r
 }
 
-func (r *receiver) run(rxq int, q polarnet.Queue) {
+func (r *receiver) run(rxq int, q link.Queue) {
 	defer r.wg.Done()
-	frames := make([]polarnet.RxFrame, rxBurstLen)
+	frames := make([]link.RxFrame, rxBurstLen)
 	for i := range frames {
 		frames[i].Buf = make([]byte, r.link.Info().RxFrameSize)
 	}
@@ -456,8 +465,8 @@ func (r *receiver) stop() {
 
 // waitLoop calls WaitRead on q, draining what it reports, until WaitRead
 // fails, stop reports true after a return, or the suite's timeout passes.
-func waitLoop(q polarnet.Queue, bufSize int, stop func() bool) error {
-	frames := []polarnet.RxFrame{{Buf: make([]byte, bufSize)}}
+func waitLoop(q link.Queue, bufSize int, stop func() bool) error {
+	frames := []link.RxFrame{{Buf: make([]byte, bufSize)}}
 	deadline := time.Now().Add(suiteTimeout)
 	for time.Now().Before(deadline) {
 		// Bounded: a queue receiving faster than we drain it is noise
@@ -495,7 +504,7 @@ func within(t *testing.T, done <-chan error, what string) error {
 
 // checkWaitReadWakes checks that a frame wakes a WaitRead parked on l, and
 // that WaitRead parks rather than spins meanwhile.
-func checkWaitReadWakes(t *testing.T, l, peer polarnet.Link) {
+func checkWaitReadWakes(t *testing.T, l, peer link.Link) {
 	tr := startTransfer(t, peer, l, []int{minFrameLen}, 1, 2*settle)
 	tr.wait(t)
 	n := len(l.Queues())
@@ -506,7 +515,7 @@ func checkWaitReadWakes(t *testing.T, l, peer polarnet.Link) {
 // checkWaitReadPending checks that WaitRead returns while frames are queued
 // but unread, with no new frame arriving: links whose wakeups are edge
 // triggered (epoll, eventfd) must look at their ring before parking.
-func checkWaitReadPending(t *testing.T, l, peer polarnet.Link) {
+func checkWaitReadPending(t *testing.T, l, peer link.Link) {
 	tr := &transfer{from: peer, to: l, nonce: randomNonce()}
 	rxqs := l.Queues()
 	var sent, stop atomic.Bool
@@ -523,7 +532,7 @@ func checkWaitReadPending(t *testing.T, l, peer polarnet.Link) {
 	time.Sleep(settle) // let WaitRead park
 
 	// Enough frames that some queue gets pendingFrames of them.
-	frames := make([]polarnet.TxFrame, (pendingFrames-1)*len(rxqs)+1)
+	frames := make([]link.TxFrame, (pendingFrames-1)*len(rxqs)+1)
 	for seq := range frames {
 		frames[seq].Segs = [][]byte{tr.frame(minFrameLen, 0, seq)}
 	}
@@ -553,8 +562,8 @@ const pendingWaitMax = 200 * time.Millisecond
 // returned within pendingWaitMax; an error otherwise. Waits made before
 // then do not count: a ring smaller than what the sender has to send runs
 // empty while the sender refills it. It also returns once stop reports true.
-func readWithPending(q polarnet.Queue, bufSize int, nonce uint64, sent, stop func() bool) error {
-	frames := []polarnet.RxFrame{{Buf: make([]byte, bufSize)}}
+func readWithPending(q link.Queue, bufSize int, nonce uint64, sent, stop func() bool) error {
+	frames := []link.RxFrame{{Buf: make([]byte, bufSize)}}
 	seen := 0
 	var slowest time.Duration
 	for deadline := time.Now().Add(suiteTimeout); time.Now().Before(deadline); {
@@ -597,7 +606,7 @@ func readWithPending(q polarnet.Queue, bufSize int, nonce uint64, sent, stop fun
 
 // checkInterrupt checks on every queue of l that Interrupt wakes a parked
 // WaitRead, and makes the next WaitRead return when none is parked.
-func checkInterrupt(t *testing.T, l, _ polarnet.Link) {
+func checkInterrupt(t *testing.T, l, _ link.Link) {
 	size := l.Info().RxFrameSize
 	for i, q := range l.Queues() {
 		checkInterruptWakes(t, i, q, size)
@@ -605,7 +614,7 @@ func checkInterrupt(t *testing.T, l, _ polarnet.Link) {
 	}
 }
 
-func checkInterruptWakes(t *testing.T, i int, q polarnet.Queue, bufSize int) {
+func checkInterruptWakes(t *testing.T, i int, q link.Queue, bufSize int) {
 	var interrupted atomic.Bool
 	done := make(chan error, 1)
 	go func() { done <- waitLoop(q, bufSize, interrupted.Load) }()
@@ -616,7 +625,7 @@ func checkInterruptWakes(t *testing.T, i int, q polarnet.Queue, bufSize int) {
 	require.NoError(t, within(t, done, fmt.Sprintf("queue %d: Interrupt waking WaitRead", i)))
 }
 
-func checkInterruptPending(t *testing.T, i int, q polarnet.Queue, bufSize int) {
+func checkInterruptPending(t *testing.T, i int, q link.Queue, bufSize int) {
 	q.Interrupt()
 	done := make(chan error, 1)
 	go func() { done <- waitLoop(q, bufSize, func() bool { return true }) }()
@@ -625,7 +634,7 @@ func checkInterruptPending(t *testing.T, i int, q polarnet.Queue, bufSize int) {
 
 // checkCloseUnblocks checks that Close makes a parked WaitRead return an
 // error matching net.ErrClosed.
-func checkCloseUnblocks(t *testing.T, l, _ polarnet.Link) {
+func checkCloseUnblocks(t *testing.T, l, _ link.Link) {
 	queues := l.Queues()
 	done := make(chan error, len(queues))
 	for _, q := range queues {
@@ -641,15 +650,15 @@ func checkCloseUnblocks(t *testing.T, l, _ polarnet.Link) {
 
 // checkAfterClose checks that every call on a closed link fails with an
 // error matching net.ErrClosed, and that closing again is harmless.
-func checkAfterClose(t *testing.T, l, peer polarnet.Link) {
+func checkAfterClose(t *testing.T, l, peer link.Link) {
 	require.NoError(t, l.Close())
 	tr := &transfer{from: l, to: peer, nonce: randomNonce()}
-	frame := polarnet.TxFrame{Segs: [][]byte{tr.frame(minFrameLen, 0, 0)}}
-	rx := []polarnet.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
+	frame := link.TxFrame{Segs: [][]byte{tr.frame(minFrameLen, 0, 0)}}
+	rx := []link.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
 	for i, q := range l.Queues() {
 		_, err := q.ReadBurst(rx)
 		assert.ErrorIs(t, err, net.ErrClosed, "ReadBurst on queue %d", i)
-		n, err := q.WriteBurst([]polarnet.TxFrame{frame})
+		n, err := q.WriteBurst([]link.TxFrame{frame})
 		assert.ErrorIs(t, err, net.ErrClosed, "WriteBurst on queue %d", i)
 		assert.Zero(t, n, "WriteBurst on queue %d accepted a frame after Close", i)
 		done := make(chan error, 1)
@@ -666,7 +675,7 @@ func checkAfterClose(t *testing.T, l, peer polarnet.Link) {
 
 // checkCloseWhileBusy closes l while its queues read and write and peer
 // writes to it: every call on l must end with a closed error, none may hang.
-func checkCloseWhileBusy(t *testing.T, l, peer polarnet.Link) {
+func checkCloseWhileBusy(t *testing.T, l, peer link.Link) {
 	rx := startReceiver(t, l, randomNonce(), 0)
 
 	deadline := time.Now().Add(suiteTimeout)
@@ -697,8 +706,8 @@ func checkCloseWhileBusy(t *testing.T, l, peer polarnet.Link) {
 
 // flood writes copies of frame to q until stop is closed (then it returns
 // nil), WriteBurst fails, or deadline passes.
-func flood(q polarnet.Queue, frame []byte, stop <-chan struct{}, deadline time.Time) error {
-	batch := make([]polarnet.TxFrame, 16)
+func flood(q link.Queue, frame []byte, stop <-chan struct{}, deadline time.Time) error {
+	batch := make([]link.TxFrame, 16)
 	for i := range batch {
 		batch[i].Segs = [][]byte{frame}
 	}

@@ -121,7 +121,7 @@ const (
 )
 
 // NoDeviceError explains why a network interface (or an RDMA device name)
-// leads to no port the link can use. It matches polarnet.ErrNotSupported.
+// leads to no port the link can use. It matches link.ErrNotSupported.
 type NoDeviceError struct {
 	Netdev string // the interface asked for ("" when a device was)
 	Device string // the RDMA device asked for or found
@@ -144,7 +144,7 @@ func (e *NoDeviceError) Error() string {
 	return fmt.Sprintf("rdma: %s: no usable RDMA port: %s", what, e.Detail)
 }
 
-// Is makes errors.Is(err, polarnet.ErrNotSupported) hold.
+// Is makes errors.Is(err, link.ErrNotSupported) hold.
 func (e *NoDeviceError) Is(target error) bool { return isNotSupported(target) }
 
 // LookupNetdev finds the RDMA device port that carries the network

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // TestDiscoveryRealSysfs looks up every interface of this host. Where the
@@ -30,7 +30,7 @@ func TestDiscoveryRealSysfs(t *testing.T) {
 		}
 		var nd *NoDeviceError
 		require.ErrorAs(t, err, &nd, e.Name())
-		assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+		assert.ErrorIs(t, err, link.ErrNotSupported)
 		assert.NotEmpty(t, nd.Detail)
 		t.Logf("%v", err)
 		if !hasRDMA && nd.Reason != ReasonVirtual && nd.Reason != ReasonNotEthernet && nd.Reason != ReasonNoNetdev { // interfaces of other tests come and go
@@ -212,7 +212,7 @@ func TestDiscoveryFakeSysfs(t *testing.T) {
 	_, err = LookupNetdev("eno1")
 	nd = requireReason(t, err, ReasonNotListed)
 	assert.Contains(t, nd.Detail, "bnxt_re is loaded")
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 }
 
 func TestDiscoveryFakeSysfsWithoutRDMA(t *testing.T) {
@@ -234,5 +234,5 @@ func TestDiscoveryFakeSysfsWithoutRDMA(t *testing.T) {
 	assert.Empty(t, Candidates())
 	_, err = firstCandidate()
 	assert.ErrorContains(t, err, "no RDMA port with raw packet support on this host: this kernel has no RDMA devices at all")
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 }

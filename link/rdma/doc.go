@@ -8,7 +8,7 @@
 // The verbs layer is cgo over libibverbs, built only with the rdma build
 // tag (go build -tags rdma, cgo on, Linux, libibverbs-dev installed); that
 // build also registers the link for POLARNET_LINK=rdma (import the package).
-// Without the tag New returns an error wrapping polarnet.ErrNotSupported
+// Without the tag New returns an error wrapping link.ErrNotSupported
 // that says how to build it. Discovery (LookupNetdev, LookupDevice,
 // Candidates) is pure Go over sysfs with github.com/Mellanox/rdmamap and
 // works in every build.

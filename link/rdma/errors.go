@@ -3,12 +3,12 @@ package rdma
 import (
 	"fmt"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // isNotSupported is the Is method's test of the errors that say the host
 // cannot run the link.
-func isNotSupported(target error) bool { return target == polarnet.ErrNotSupported }
+func isNotSupported(target error) bool { return target == link.ErrNotSupported }
 
 // wcStatusNames are the names of ibv_wc_status values, by value.
 var wcStatusNames = [...]string{

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/dialer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -49,7 +50,7 @@ func TestDialerFallbackPolicy(t *testing.T) {
 					envFallbackChild+"="+policy,
 					polarnet.EnvLink+"=rdma",
 					polarnet.EnvDevice+"="+dev,
-					polarnet.EnvAddr+"="+hwStack.String(),
+					link.EnvAddr+"="+hwStack.String(),
 				)
 				if policy == "fail" {
 					cmd.Env = append(cmd.Env, polarnet.EnvFallback+"=fail")
@@ -113,7 +114,7 @@ func fallbackChild(t *testing.T, policy string) {
 			var oe *net.OpError
 			require.True(t, errors.As(e.err, &oe), "%s: %v is a *net.OpError", e.op, e.err)
 			assert.Equal(t, e.op, oe.Op)
-			assert.ErrorIs(t, e.err, polarnet.ErrNotSupported)
+			assert.ErrorIs(t, e.err, link.ErrNotSupported)
 			t.Logf("%s error: %v", e.op, e.err)
 		}
 		assert.Nil(t, c)

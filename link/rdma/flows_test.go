@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/frame"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 var (
@@ -97,7 +97,7 @@ func TestFlowsSteerOnlyOurTraffic(t *testing.T) {
 			write(t, a.Queues()[0], c.f)
 			got := 0
 			for _, q := range b.Queues() {
-				rx := []polarnet.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
+				rx := []link.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
 				n, err := q.ReadBurst(rx)
 				require.NoError(t, err)
 				if n == 1 {
@@ -135,7 +135,7 @@ func TestRSSSpread(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for total < len(flows) && time.Now().Before(deadline) {
 		for i, q := range b.Queues() {
-			rx := []polarnet.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
+			rx := []link.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
 			n, err := q.ReadBurst(rx)
 			require.NoError(t, err)
 			if n == 0 {

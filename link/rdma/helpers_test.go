@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/leakcheck"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // fakeLink is a link on a fake device and the device.
@@ -146,9 +146,9 @@ func putU16(b []byte, v uint16) { b[0], b[1] = byte(v>>8), byte(v) }
 
 // write sends frames on q, retrying what a full ring refuses, for up to a
 // few seconds.
-func write(t *testing.T, q polarnet.Queue, frames ...[]byte) {
+func write(t *testing.T, q link.Queue, frames ...[]byte) {
 	t.Helper()
-	batch := make([]polarnet.TxFrame, len(frames))
+	batch := make([]link.TxFrame, len(frames))
 	for i, f := range frames {
 		batch[i].Segs = [][]byte{f}
 	}
@@ -165,9 +165,9 @@ func write(t *testing.T, q polarnet.Queue, frames ...[]byte) {
 }
 
 // read collects at least want frames from q within a few seconds.
-func read(t *testing.T, l *Link, q polarnet.Queue, want int) [][]byte {
+func read(t *testing.T, l *Link, q link.Queue, want int) [][]byte {
 	t.Helper()
-	frames := make([]polarnet.RxFrame, 32)
+	frames := make([]link.RxFrame, 32)
 	for i := range frames {
 		frames[i].Buf = make([]byte, l.Info().RxFrameSize)
 	}
@@ -188,7 +188,7 @@ func read(t *testing.T, l *Link, q polarnet.Queue, want int) [][]byte {
 }
 
 // waitBounded runs WaitRead, interrupting it after d.
-func waitBounded(q polarnet.Queue, d time.Duration) error {
+func waitBounded(q link.Queue, d time.Duration) error {
 	t := time.AfterFunc(d, q.Interrupt)
 	defer t.Stop()
 	return q.WaitRead()

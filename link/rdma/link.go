@@ -6,18 +6,18 @@ import (
 	"net"
 	"sync/atomic"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // Link is a polarnet link over an RDMA port: raw Ethernet frames through
-// raw packet queue pairs. It implements polarnet.Steerer: RxQueue predicts
+// raw packet queue pairs. It implements link.Steerer: RxQueue predicts
 // the spread when the link hashes flows over its queues with RSS.
 type Link struct {
-	info   polarnet.LinkInfo
+	info   link.Info
 	setup  Setup
 	dev    device
 	queues []*queue
-	pq     []polarnet.Queue
+	pq     []link.Queue
 	spread *rssSpread // nil: queue 0 receives everything
 
 	closed   atomic.Bool
@@ -26,8 +26,8 @@ type Link struct {
 }
 
 var (
-	_ polarnet.Link    = (*Link)(nil)
-	_ polarnet.Steerer = (*Link)(nil)
+	_ link.Link    = (*Link)(nil)
+	_ link.Steerer = (*Link)(nil)
 )
 
 // Setup is what New settled on.
@@ -133,12 +133,12 @@ func build(cfg Config, port Port, dev device) (*Link, error) {
 	}
 	caps := dev.caps()
 	l := &Link{
-		info: polarnet.LinkInfo{
+		info: link.Info{
 			Name:        name,
 			MAC:         net.HardwareAddr(append([]byte(nil), p.mac...)),
 			MTU:         mtuOf(cfg, port),
 			RxFrameSize: p.frameSize,
-			Caps:        polarnet.CapTXChecksum,
+			Caps:        link.CapTXChecksum,
 		},
 		setup: Setup{
 			Port:       port,
@@ -152,7 +152,7 @@ func build(cfg Config, port Port, dev device) (*Link, error) {
 		done: make(chan struct{}),
 	}
 	if caps.rxChecksum {
-		l.info.Caps |= polarnet.CapRXChecksum
+		l.info.Caps |= link.CapRXChecksum
 	}
 	if p.rss != nil {
 		if l.spread, err = newRSSSpread(p.rss); err != nil {
@@ -189,13 +189,13 @@ func mtuOf(cfg Config, port Port) int {
 	return 1500
 }
 
-// Info implements polarnet.Link.
-func (l *Link) Info() polarnet.LinkInfo { return l.info }
+// Info implements link.Link.
+func (l *Link) Info() link.Info { return l.info }
 
-// Queues implements polarnet.Link.
-func (l *Link) Queues() []polarnet.Queue { return l.pq }
+// Queues implements link.Link.
+func (l *Link) Queues() []link.Queue { return l.pq }
 
-// Close implements polarnet.Link: it wakes the waiting pollers, waits for
+// Close implements link.Link: it wakes the waiting pollers, waits for
 // the bursts in progress, moves every queue to the error state, collects
 // the buffers and destroys the flow rules, queue pairs, work queues,
 // completion queues, memory region and protection domain. Closing again

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // configFromParams turns POLARNET_* settings into a Config: POLARNET_DEVICE
@@ -17,7 +17,7 @@ import (
 // rx-ring=512, tx-ring=512 and rss=off. Without addrs the link takes the
 // stack's addresses from POLARNET_ADDR, read through getenv: its flow rules
 // need them.
-func configFromParams(p polarnet.LinkParams, getenv func(string) string) (Config, error) {
+func configFromParams(p link.Params, getenv func(string) string) (Config, error) {
 	cfg := Config{Netdev: p.Device, Queues: p.Queues, MTU: p.MTU}
 	addrs := ""
 	for k, v := range p.Options {
@@ -51,7 +51,7 @@ func configFromParams(p polarnet.LinkParams, getenv func(string) string) (Config
 		}
 	}
 	if addrs == "" && getenv != nil {
-		addrs = getenv(polarnet.EnvAddr)
+		addrs = getenv(link.EnvAddr)
 	}
 	for _, s := range strings.Split(addrs, ",") {
 		if s = strings.TrimSpace(s); s == "" {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/frame"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // Tuning of the bookkeeping.
@@ -83,7 +83,7 @@ type queue struct {
 	stats queueCounters
 }
 
-var _ polarnet.Queue = (*queue)(nil)
+var _ link.Queue = (*queue)(nil)
 
 func newQueue(l *Link, index int, qp queuePair, region []byte, p *setupPlan) *queue {
 	q := &queue{
@@ -127,11 +127,11 @@ func (q *queue) owns(b uint64, rx bool) bool {
 
 // ReadBurst delivers received frames, copying each out of its buffer and
 // posting the buffer again, in one post for the burst.
-func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	for i := range frames {
 		if cap(frames[i].Buf) < q.frameSize {
@@ -201,7 +201,7 @@ func (q *queue) reap(wc completion) bool {
 // deliver copies the frame of a reaped completion into frames[n] (whose
 // capacity ReadBurst checked) and recycles its buffer; it returns the new
 // count of frames filled.
-func (q *queue) deliver(wc completion, frames []polarnet.RxFrame, n int) int {
+func (q *queue) deliver(wc completion, frames []link.RxFrame, n int) int {
 	defer q.recycle(uint32(wc.id))
 	if int(wc.length) > q.frameSize || wc.length == 0 {
 		q.stats.rxErrors.Add(1)
@@ -250,11 +250,11 @@ func (q *queue) refillLocked() {
 // WriteBurst copies frames into send buffers, completing checksums on the
 // way, and posts them in one post. Without a free buffer it accepts fewer
 // frames, as a full ring does.
-func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *queue) WriteBurst(frames []link.TxFrame) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	if q.broken == nil {
 		q.reapSend()
@@ -311,14 +311,14 @@ func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 }
 
 // fill gathers frame f into buffer dst and completes its checksum.
-func (q *queue) fill(dst []byte, f *polarnet.TxFrame) (int, error) {
+func (q *queue) fill(dst []byte, f *link.TxFrame) (int, error) {
 	length := f.Len()
 	switch {
 	case length < ethHdrLen || length > q.frameSize:
 		return 0, fmt.Errorf("rdma: %s queue %d: frame of %d bytes; the link sends %d to %d",
 			q.link.info.Name, q.index, length, ethHdrLen, q.frameSize)
-	case f.Offload.GSO != polarnet.GSONone:
-		return 0, fmt.Errorf("rdma: %s queue %d: a frame asks for segmentation: %w", q.link.info.Name, q.index, polarnet.ErrNotSupported)
+	case f.Offload.GSO != link.GSONone:
+		return 0, fmt.Errorf("rdma: %s queue %d: a frame asks for segmentation: %w", q.link.info.Name, q.index, link.ErrNotSupported)
 	}
 	off := 0
 	for _, s := range f.Segs {
@@ -473,7 +473,7 @@ func (q *queue) WaitRead() error {
 	q.waitMu.Lock()
 	defer q.waitMu.Unlock()
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	if q.interrupted.Swap(false) {
 		return nil
@@ -490,7 +490,7 @@ func (q *queue) WaitRead() error {
 	}
 	q.interrupted.Store(false)
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	if err != nil {
 		return fmt.Errorf("rdma: %s queue %d: waiting for completions: %w", q.link.info.Name, q.index, err)
@@ -504,7 +504,7 @@ func (q *queue) prepareWait() (ready, canWait bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return false, false, polarnet.ErrLinkClosed
+		return false, false, link.ErrClosed
 	}
 	if q.broken != nil || q.hasPending {
 		return true, false, nil

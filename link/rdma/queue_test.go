@@ -14,7 +14,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/internal/leakcheck"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 var (
@@ -46,7 +46,7 @@ func TestRefillUnderLoad(t *testing.T) {
 	// burst's buffers are posted again before the next round.
 	const rounds, total = 100, 100 * 32
 	frames := framesTo(a, b, total, 64)
-	rx := make([]polarnet.RxFrame, 4)
+	rx := make([]link.RxFrame, 4)
 	for i := range rx {
 		rx[i].Buf = make([]byte, b.Info().RxFrameSize)
 	}
@@ -88,7 +88,7 @@ func TestReceiveCompletionError(t *testing.T) {
 	b := newFakeLink(t, w, 2, ownMAC(Config{RxRing: 16}, 2), nil)
 	b.dev.do(func() { b.dev.qps[0].recvErrs = 1 })
 	write(t, a.Queues()[0], framesTo(a, b, 1, 10)...)
-	rx := []polarnet.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
+	rx := []link.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
 	n, err := b.Queues()[0].ReadBurst(rx)
 	require.NoError(t, err)
 	assert.Zero(t, n, "the failed frame is not delivered")
@@ -117,11 +117,11 @@ func TestSendCompletionError(t *testing.T) {
 	write(t, a.Queues()[0], first...)
 
 	qa := a.Queues()[0]
-	n, err := qa.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{first[0]}}})
+	n, err := qa.WriteBurst([]link.TxFrame{{Segs: [][]byte{first[0]}}})
 	require.NoError(t, err)
 	assert.Zero(t, n, "a broken queue accepts nothing")
 	require.NoError(t, waitBounded(qa, time.Second), "the poller is woken")
-	_, err = qa.ReadBurst([]polarnet.RxFrame{{Buf: make([]byte, a.Info().RxFrameSize)}})
+	_, err = qa.ReadBurst([]link.RxFrame{{Buf: make([]byte, a.Info().RxFrameSize)}})
 	require.NoError(t, err)
 
 	frames := framesTo(a, b, 50, 20)
@@ -144,7 +144,7 @@ func TestSendQueueFull(t *testing.T) {
 	b := newFakeLink(t, w, 2, ownMAC(Config{}, 2), nil)
 	a.dev.do(func() { a.dev.qps[0].holdSend = true })
 	frames := framesTo(a, b, 16, 10)
-	batch := make([]polarnet.TxFrame, len(frames))
+	batch := make([]link.TxFrame, len(frames))
 	for i, f := range frames {
 		batch[i].Segs = [][]byte{f}
 	}
@@ -176,7 +176,7 @@ func TestSendBufferExhaustion(t *testing.T) {
 	frames := framesTo(a, b, 40, 10)
 	accepted := 0
 	for i := range 10 {
-		n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{frames[accepted]}}, {Segs: [][]byte{frames[accepted+1]}}})
+		n, err := a.Queues()[0].WriteBurst([]link.TxFrame{{Segs: [][]byte{frames[accepted]}}, {Segs: [][]byte{frames[accepted+1]}}})
 		require.NoError(t, err)
 		accepted += n
 		if i >= 8 {
@@ -229,7 +229,7 @@ func TestStaleCompletion(t *testing.T) {
 	a := newFakeLink(t, w, 1, ownMAC(Config{}, 1), nil)
 	b := newFakeLink(t, w, 2, ownMAC(Config{}, 2), nil)
 	b.dev.do(func() { b.dev.qps[0].staleRecv = 1 })
-	rx := []polarnet.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
+	rx := []link.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
 	n, err := b.Queues()[0].ReadBurst(rx)
 	require.NoError(t, err)
 	assert.Zero(t, n)
@@ -252,7 +252,7 @@ func TestRestartFailure(t *testing.T) {
 		b.dev.qps[0].restartErr = errors.New("device unplugged")
 	})
 	write(t, a.Queues()[0], framesTo(a, b, 1, 10)...)
-	rx := []polarnet.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
+	rx := []link.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
 	_, err := b.Queues()[0].ReadBurst(rx)
 	require.ErrorContains(t, err, "device unplugged")
 	_, err = b.Queues()[0].ReadBurst(rx)
@@ -316,8 +316,8 @@ func TestCloseWhileTrafficFlows(t *testing.T) {
 }
 
 // flood writes frames to q until WriteBurst fails.
-func flood(q polarnet.Queue, frames [][]byte) error {
-	batch := make([]polarnet.TxFrame, len(frames))
+func flood(q link.Queue, frames [][]byte) error {
+	batch := make([]link.TxFrame, len(frames))
 	for i, f := range frames {
 		batch[i].Segs = [][]byte{f}
 	}
@@ -334,8 +334,8 @@ func flood(q polarnet.Queue, frames [][]byte) error {
 }
 
 // drain reads q, waiting when it is empty, until a call fails.
-func drain(q polarnet.Queue, size int) error {
-	rx := make([]polarnet.RxFrame, 8)
+func drain(q link.Queue, size int) error {
+	rx := make([]link.RxFrame, 8)
 	for i := range rx {
 		rx[i].Buf = make([]byte, size)
 	}
@@ -360,20 +360,20 @@ func TestChecksumCompletion(t *testing.T) {
 	w := newFakeWire(true)
 	a := newFakeLink(t, w, 1, ownMAC(Config{}, 1), nil)
 	b := newFakeLink(t, w, 2, ownMAC(Config{}, 2), nil)
-	assert.NotZero(t, a.Info().Caps&polarnet.CapTXChecksum)
-	assert.NotZero(t, b.Info().Caps&polarnet.CapRXChecksum)
+	assert.NotZero(t, a.Info().Caps&link.CapTXChecksum)
+	assert.NotZero(t, b.Info().Caps&link.CapRXChecksum)
 	f := udpFrame(a.Info().MAC, b.Info().MAC, addrA, addrB, 333)
 	p, ok := frame.Parse(f)
 	require.True(t, ok)
 	binary.BigEndian.PutUint16(f[p.L4+6:], frame.Fold(frame.PseudoHeaderSum(p, p.End-p.L4)))
 	require.False(t, frame.ChecksumOK(f, p))
-	n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{{
+	n, err := a.Queues()[0].WriteBurst([]link.TxFrame{{
 		Segs:    [][]byte{f[:20], f[20:]},
-		Offload: polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 6},
+		Offload: link.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 6},
 	}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	rx := []polarnet.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
+	rx := []link.RxFrame{{Buf: make([]byte, b.Info().RxFrameSize)}}
 	require.NoError(t, waitBounded(b.Queues()[0], time.Second))
 	n, err = b.Queues()[0].ReadBurst(rx)
 	require.NoError(t, err)
@@ -391,14 +391,14 @@ func TestWriteRejects(t *testing.T) {
 	b := newFakeLink(t, w, 2, ownMAC(Config{}, 2), nil)
 	good := udpFrame(a.Info().MAC, b.Info().MAC, addrA, addrB, 10)
 	q := a.Queues()[0]
-	n, err := q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{good}}, {Segs: [][]byte{make([]byte, 1600)}}})
+	n, err := q.WriteBurst([]link.TxFrame{{Segs: [][]byte{good}}, {Segs: [][]byte{make([]byte, 1600)}}})
 	assert.Equal(t, 1, n, "the frames before the bad one are sent")
 	assert.ErrorContains(t, err, "frame of 1600 bytes")
-	_, err = q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{good}, Offload: polarnet.TxOffload{GSO: polarnet.GSOTCPv4, GSOSize: 1000}}})
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
-	_, err = q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{good}, Offload: polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: 60, ChecksumOffset: 6}}})
+	_, err = q.WriteBurst([]link.TxFrame{{Segs: [][]byte{good}, Offload: link.TxOffload{GSO: link.GSOTCPv4, GSOSize: 1000}}})
+	assert.ErrorIs(t, err, link.ErrNotSupported)
+	_, err = q.WriteBurst([]link.TxFrame{{Segs: [][]byte{good}, Offload: link.TxOffload{NeedsChecksum: true, ChecksumStart: 60, ChecksumOffset: 6}}})
 	assert.ErrorContains(t, err, "outside")
-	_, err = b.Queues()[0].ReadBurst([]polarnet.RxFrame{{Buf: make([]byte, 1514)}})
+	_, err = b.Queues()[0].ReadBurst([]link.RxFrame{{Buf: make([]byte, 1514)}})
 	assert.ErrorContains(t, err, "receive buffer of 1514 bytes")
 	accounting(t, a)
 }

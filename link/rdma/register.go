@@ -5,7 +5,7 @@ package rdma
 import (
 	"os"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The RDMA link is selectable with POLARNET_LINK=rdma in binaries built with
@@ -18,9 +18,9 @@ import (
 // packet support), POLARNET_QUEUES and POLARNET_MTU the Config fields of the
 // same names; POLARNET_LINK_OPTIONS takes the others (see configFromParams).
 // The flow rules take the stack's addresses from POLARNET_ADDR.
-func init() { polarnet.RegisterLink("rdma", openFromParams) }
+func init() { link.Register("rdma", openFromParams) }
 
-func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
+func openFromParams(p link.Params) (link.Link, error) {
 	cfg, err := configFromParams(p, os.Getenv)
 	if err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ func (s *rssSpread) queue(src, dst netip.AddrPort) int {
 	return s.table[h%uint32(len(s.table))]
 }
 
-// RxQueue implements polarnet.Steerer: the queue on which TCP frames from
+// RxQueue implements link.Steerer: the queue on which TCP frames from
 // remote to local arrive, or -1 when the link does not spread flows (one
 // queue, or no RSS: queue 0 then receives everything and the engine steers
 // in software).

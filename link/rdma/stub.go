@@ -5,15 +5,15 @@ package rdma
 import (
 	"fmt"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
-// New returns an error wrapping polarnet.ErrNotSupported: this binary has no
+// New returns an error wrapping link.ErrNotSupported: this binary has no
 // verbs layer. Discovery (LookupNetdev, LookupDevice, Candidates) works in
 // every build.
 func New(Config) (*Link, error) {
 	return nil, fmt.Errorf("rdma: %w: this binary was built without the verbs layer (it needs the rdma build tag, "+
 		"cgo and Linux); build with `go build -tags rdma` and CGO_ENABLED=1, with libibverbs' headers installed "+
 		"(apt-get install libibverbs-dev), import github.com/polarnet/polarnet/link/rdma, and run with "+
-		"CAP_NET_RAW (raw packet queue pairs need it)", polarnet.ErrNotSupported)
+		"CAP_NET_RAW (raw packet queue pairs need it)", link.ErrNotSupported)
 }

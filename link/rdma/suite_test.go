@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestLinkSuite runs the link suite over two links on fake devices wired
-// back to back, so the polarnet.Queue contract is proven on the
+// back to back, so the link.Queue contract is proven on the
 // bookkeeping: refill, reaping, batching, waiting, closing. The wire has flow
 // control (the suite expects every frame to arrive); the links have MACs of
 // their own, so the flow rules steer the suite's frames (EtherType 0x88B5)
@@ -27,7 +27,7 @@ func TestLinkSuite(t *testing.T) {
 	} {
 		name := fmt.Sprintf("queues=%d,rx=%d,tx=%d,mtu=%d,rss=%t", max(c.cfg.Queues, 1), c.cfg.RxRing, c.cfg.TxRing, c.cfg.MTU, c.caps == nil)
 		t.Run(name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				w := newFakeWire(true)
 				prep := func(d *fakeDevice) {
 					if c.caps != nil {

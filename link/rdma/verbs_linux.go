@@ -309,12 +309,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // New opens the RDMA port cfg names and sets the link up on it. Errors that
 // say the host cannot run the link (no RDMA device, no verbs in the kernel,
-// a port that is not Ethernet) match polarnet.ErrNotSupported.
+// a port that is not Ethernet) match link.ErrNotSupported.
 func New(cfg Config) (*Link, error) {
 	cfg, err := cfg.check()
 	if err != nil {
@@ -381,12 +381,12 @@ func deviceListError(errno error) error {
 	if errors.Is(errno, syscall.ENOSYS) {
 		return fmt.Errorf("rdma: ibv_get_device_list failed with ENOSYS (%w): the kernel offers no verbs interface "+
 			"(no RDMA devices, or ib_uverbs not loaded or not built: check `rdma link show` and `ibv_devices`): %w",
-			errno, polarnet.ErrNotSupported)
+			errno, link.ErrNotSupported)
 	}
 	if errno == nil {
 		errno = syscall.ENODEV
 	}
-	return fmt.Errorf("rdma: ibv_get_device_list: %w: %w", errno, polarnet.ErrNotSupported)
+	return fmt.Errorf("rdma: ibv_get_device_list: %w: %w", errno, link.ErrNotSupported)
 }
 
 // verbsDevice is an opened device and what the link built on it.
@@ -607,7 +607,7 @@ func (v *verbsDevice) fail(what string, errno error) error {
 		hint = " (raw packet queue pairs and flow rules need CAP_NET_RAW)"
 	case errors.Is(errno, syscall.EOPNOTSUPP), errors.Is(errno, syscall.ENOSYS):
 		hint = " (the device's driver does not support it)"
-		errno = fmt.Errorf("%w: %w", errno, polarnet.ErrNotSupported)
+		errno = fmt.Errorf("%w: %w", errno, link.ErrNotSupported)
 	case errors.Is(errno, syscall.ENOMEM):
 		hint = " (out of memory, or of locked memory: check `ulimit -l`)"
 	}

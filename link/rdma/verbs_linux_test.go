@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/kpeer"
-	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -55,14 +55,14 @@ func TestOpenExplainsWhy(t *testing.T) {
 	l, err := New(Config{Netdev: "lo", Addrs: addrs})
 	assert.Nil(t, l)
 	requireReason(t, err, ReasonVirtual)
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 
 	_, err = New(Config{Netdev: "pn-no-such-if", Addrs: addrs})
 	requireReason(t, err, ReasonNoNetdev)
 
 	_, err = New(Config{Device: "pn_no_such_dev", Addrs: addrs})
 	require.Error(t, err)
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	t.Log(err)
 
 	_, err = New(Config{Queues: -1})
@@ -74,7 +74,7 @@ func TestOpenExplainsWhy(t *testing.T) {
 	}
 	_, err = deviceNames()
 	assert.ErrorIs(t, err, syscall.ENOSYS, "ibv_get_device_list on a kernel without InfiniBand")
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	assert.ErrorContains(t, err, "ibv_get_device_list")
 
 	_, err = New(Config{Device: "mlx5_0", Addrs: addrs})
@@ -85,14 +85,14 @@ func TestOpenExplainsWhy(t *testing.T) {
 	_, err = New(Config{Addrs: addrs})
 	assert.ErrorContains(t, err, "no RDMA port with raw packet support on this host")
 	assert.ErrorIs(t, err, syscall.ENOSYS, "no device named: both sysfs and libibverbs say why")
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 	t.Log(err)
 
 	ents, err := os.ReadDir("/sys/class/net")
 	require.NoError(t, err)
 	for _, e := range ents {
 		_, err := New(Config{Netdev: e.Name(), Addrs: addrs})
-		assert.ErrorIs(t, err, polarnet.ErrNotSupported, e.Name())
+		assert.ErrorIs(t, err, link.ErrNotSupported, e.Name())
 	}
 }
 
@@ -103,7 +103,7 @@ func TestEnvFallback(t *testing.T) {
 	env := map[string]string{
 		polarnet.EnvLink:   "rdma",
 		polarnet.EnvDevice: "pn-no-such-if",
-		polarnet.EnvAddr:   hwStack.String(),
+		link.EnvAddr:       hwStack.String(),
 	}
 	getenv := func(k string) string { return env[k] }
 	st, err := polarnet.NewFromEnv(getenv)
@@ -114,7 +114,7 @@ func TestEnvFallback(t *testing.T) {
 	st, err = polarnet.NewFromEnv(getenv)
 	assert.Nil(t, st)
 	requireReason(t, err, ReasonNoNetdev)
-	assert.ErrorIs(t, err, polarnet.ErrNotSupported)
+	assert.ErrorIs(t, err, link.ErrNotSupported)
 
 	if !hostHasVerbs() {
 		// The default device: whatever this host has, which here is none.
@@ -153,12 +153,12 @@ func TestHardware(t *testing.T) {
 	t.Logf("running on %v", port)
 	require.True(t, port.RawPacket(), "%v: the driver is not known to offer raw packet QPs", port)
 
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	require.NoError(t, ns.MoveLink(peerDev))
 	require.NoError(t, ns.Configure(peerDev, port.MTU, hwPeer))
 
 	t.Run("LinkSuite", func(t *testing.T) {
-		linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+		linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 			// A MAC of its own: the suite's frames are not IP, so only
 			// a rule on the MAC steers them to the link.
 			mac := make(net.HardwareAddr, 6)

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // benchSizes are the frame lengths the benchmarks use.
@@ -111,8 +111,8 @@ func benchRxSetup(b *testing.B, cfg Config, size int) (*Link, *generator) {
 	return l, newGenerator(b, ns, name, size)
 }
 
-func rxFrames(l *Link, n int) []polarnet.RxFrame {
-	frames := make([]polarnet.RxFrame, n)
+func rxFrames(l *Link, n int) []link.RxFrame {
+	frames := make([]link.RxFrame, n)
 	for i := range frames {
 		frames[i].Buf = make([]byte, l.Info().RxFrameSize)
 	}
@@ -131,7 +131,7 @@ func BenchmarkWriteBurst(b *testing.B) {
 			frame := make([]byte, size)
 			copy(frame[6:], l.Info().MAC)
 			frame[12], frame[13] = 0x88, 0xb5
-			burst := make([]polarnet.TxFrame, 64)
+			burst := make([]link.TxFrame, 64)
 			for i := range burst {
 				burst[i].Segs = [][]byte{frame}
 			}

@@ -90,7 +90,7 @@ func (c Config) withDefaults() (Config, error) {
 		if len(c.MAC) != 6 || c.MAC[0]&1 != 0 {
 			return c, fmt.Errorf("tap: MAC %v is not a unicast Ethernet address", c.MAC)
 		}
-		// Copy, so the caller's later changes do not reach LinkInfo.
+		// Copy, so the caller's later changes do not reach link.Info.
 		c.MAC = append(net.HardwareAddr(nil), c.MAC...)
 	}
 	return c, nil

@@ -20,7 +20,7 @@
 //     otherwise);
 //   - receives the kernel's own checksum-partial and verified frames marked
 //     ChecksumValid, and TCP frames of up to 64 KiB the kernel built or
-//     coalesced, which is why LinkInfo.RxFrameSize is 64 KiB and more.
+//     coalesced, which is why link.Info.RxFrameSize is 64 KiB and more.
 //
 // The header is not part of the frames the engine sees. Config.DisableOffloads
 // turns all of this off.

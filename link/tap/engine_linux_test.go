@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
+	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/taptopo"
+	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -79,7 +81,7 @@ func TestHTTPOverTAP(t *testing.T) {
 // move dialer.Dial from the kernel onto a polarnet stack on a TAP device, and a
 // link that cannot open falls back to the kernel or fails, as configured.
 func TestEnvironmentSwitch(t *testing.T) {
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	dev := netns.UniqueName("pne")
 	env := map[string]string{
 		"POLARNET_LINK":   "tap",
@@ -95,7 +97,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 
 	polarnet.SetDefault(st)
 	t.Cleanup(func() { polarnet.SetDefault(nil) })
-	kpeer.ExchangeViaDefault(t, ns, taptopo.Kernel4, 1<<20)
+	kpeer.ExchangeVia(t, dialer.Dial, ns, taptopo.Kernel4, 1<<20)
 
 	env["POLARNET_DEVICE"] = "this-name-is-far-too-long"
 	st2, err := polarnet.NewFromEnv(getenv)

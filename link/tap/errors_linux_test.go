@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // TestAttachError covers the explanations of attachError that a test cannot
@@ -38,7 +38,7 @@ func TestAttachError(t *testing.T) {
 			err := attachError(cfg, tc.exists, tc.err)
 			assert.EqualError(t, err, tc.want)
 			assert.ErrorIs(t, err, tc.err)
-			assert.Equal(t, tc.unsupported, errors.Is(err, polarnet.ErrNotSupported))
+			assert.Equal(t, tc.unsupported, errors.Is(err, link.ErrNotSupported))
 		})
 	}
 }

@@ -3,7 +3,7 @@ package tap
 import (
 	"testing"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // FuzzVnetHeader decodes arbitrary virtio-net headers, as a kernel could
@@ -17,7 +17,7 @@ func FuzzVnetHeader(f *testing.F) {
 			h := decodeVnetHdr(raw)
 			h.checksumValid()
 		}
-		off := polarnet.TxOffload{NeedsChecksum: csum, ChecksumStart: start, ChecksumOffset: offset, GSO: polarnet.GSOKind(gso % 3), GSOSize: gsoSize, HeaderLen: hdrLen}
+		off := link.TxOffload{NeedsChecksum: csum, ChecksumStart: start, ChecksumOffset: offset, GSO: link.GSOKind(gso % 3), GSOSize: gsoSize, HeaderLen: hdrLen}
 		h, err := txVnetHdr(&off, frameLen)
 		if err != nil {
 			return

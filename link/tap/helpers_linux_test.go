@@ -12,7 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/link"
 )
 
 // openTAP opens a link on a uniquely named device and closes it at cleanup.
@@ -31,7 +32,7 @@ func openTAP(t testing.TB, cfg Config) *Link {
 // solicitation or the like reaches the links the test plugs in.
 func newNS(t testing.TB) *netns.NS {
 	t.Helper()
-	ns := netns.New(t)
+	ns := testenv.NewNS(t)
 	sysctl(t, ns, "net/ipv6/conf/all/disable_ipv6", "1")
 	sysctl(t, ns, "net/ipv6/conf/default/disable_ipv6", "1")
 	return ns
@@ -92,12 +93,12 @@ func sendUDP(t *testing.T, ns *netns.NS, srcPort int, dst netip.AddrPort, payloa
 
 // receive reads frames from q, giving each to accept, until accept returns
 // true or timeout passes (then the test fails).
-func receive(t *testing.T, q polarnet.Queue, frameSize int, timeout time.Duration, accept func(frame []byte, checksumValid bool) (done bool)) {
+func receive(t *testing.T, q link.Queue, frameSize int, timeout time.Duration, accept func(frame []byte, checksumValid bool) (done bool)) {
 	t.Helper()
 	timer := time.AfterFunc(timeout, q.Interrupt)
 	defer timer.Stop()
 	deadline := time.Now().Add(timeout)
-	frames := make([]polarnet.RxFrame, 8)
+	frames := make([]link.RxFrame, 8)
 	for i := range frames {
 		frames[i].Buf = make([]byte, frameSize)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // TestTxOffload hands frames asking for checksum completion and segmentation
@@ -19,19 +19,19 @@ import (
 // passes the large frame through, marked as checksum-valid.
 func TestTxOffload(t *testing.T) {
 	const mss = 1448
-	gso := polarnet.TxOffload{
+	gso := link.TxOffload{
 		NeedsChecksum:  true,
 		ChecksumStart:  tcpv4Start,
 		ChecksumOffset: 16,
-		GSO:            polarnet.GSOTCPv4,
+		GSO:            link.GSOTCPv4,
 		GSOSize:        mss,
 		HeaderLen:      tcpv4Start + tcpHdrLen,
 	}
-	csumOnly := polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: tcpv4Start, ChecksumOffset: 16}
+	csumOnly := link.TxOffload{NeedsChecksum: true, ChecksumStart: tcpv4Start, ChecksumOffset: 16}
 	for _, tc := range []struct {
 		name             string
 		payload          int
-		offload          polarnet.TxOffload
+		offload          link.TxOffload
 		receiverOffloads bool
 		segments         int // frames expected at the receiver
 	}{
@@ -61,7 +61,7 @@ func TestTxOffload(t *testing.T) {
 			frame := p.frame(true)
 			// A gather list cut across the headers and the payload.
 			segs := [][]byte{frame[:20], frame[20:60], frame[60 : len(frame)/2], frame[len(frame)/2:]}
-			n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: segs, Offload: tc.offload}})
+			n, err := a.Queues()[0].WriteBurst([]link.TxFrame{{Segs: segs, Offload: tc.offload}})
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 

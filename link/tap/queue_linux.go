@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // queue is one queue pair of a Link: a non-blocking descriptor attached to
@@ -49,10 +49,10 @@ type rxState struct {
 	readFn func(fd uintptr) bool
 	waitFn func(fd uintptr) bool
 
-	frames    []polarnet.RxFrame // the burst being filled
-	n         int                // frames filled
+	frames    []link.RxFrame // the burst being filled
+	n         int            // frames filled
 	err       error
-	frameSize int // LinkInfo.RxFrameSize
+	frameSize int // link.Info.RxFrameSize
 	hdr       [vnetHdrLen]byte
 	iov       [2]unix.Iovec // header, frame
 	polled    bool          // waitFn has made its non-blocking check
@@ -63,14 +63,14 @@ type rxState struct {
 type txState struct {
 	writeFn func(fd uintptr) bool
 
-	frames []polarnet.TxFrame // the burst being written
-	n      int                // frames written
+	frames []link.TxFrame // the burst being written
+	n      int            // frames written
 	err    error
 	hdr    [vnetHdrLen]byte
 	iov    []unix.Iovec // header and segments of one frame, reused
 }
 
-var _ polarnet.Queue = (*queue)(nil)
+var _ link.Queue = (*queue)(nil)
 
 // newQueue wraps a queue descriptor fd and its duplicate waitFd, which it
 // takes ownership of.
@@ -95,8 +95,8 @@ func newQueue(l *Link, index, fd, waitFd int) *queue {
 }
 
 // ReadBurst reads frames until none is pending or frames is full. Frames
-// larger than LinkInfo.RxFrameSize, which the kernel truncates, are dropped.
-func (q *queue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+// larger than link.Info.RxFrameSize, which the kernel truncates, are dropped.
+func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	r := &q.rx
 	r.frames, r.n, r.err = frames, 0, nil
 	err := q.io.Read(r.readFn)
@@ -153,7 +153,7 @@ func (q *queue) readFrames(fd uintptr) bool {
 // down (moving the device to another namespace takes it down): no retry
 // would get through, so the engine drops the frames, as a NIC drops frames
 // while its link is down, and TCP retransmits them once it is up.
-func (q *queue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+func (q *queue) WriteBurst(frames []link.TxFrame) (int, error) {
 	t := &q.tx
 	t.frames, t.n, t.err = frames, 0, nil
 	err := q.io.Write(t.writeFn)
@@ -188,8 +188,8 @@ func (q *queue) writeFrames(fd uintptr) bool {
 				h.encode(t.hdr[:])
 				iov[0] = iovec(t.hdr[:])
 			}
-		case f.Offload != (polarnet.TxOffload{}):
-			t.err = fmt.Errorf("tap: %s: a frame asks for offloads, which are disabled: %w", q.link.info.Name, polarnet.ErrNotSupported)
+		case f.Offload != (link.TxOffload{}):
+			t.err = fmt.Errorf("tap: %s: a frame asks for offloads, which are disabled: %w", q.link.info.Name, link.ErrNotSupported)
 		default:
 			iov = iov[1:]
 		}
@@ -214,7 +214,7 @@ func (q *queue) writeFrames(fd uintptr) bool {
 func (q *queue) WaitRead() error {
 	for {
 		if q.link.closed.Load() {
-			return polarnet.ErrLinkClosed
+			return link.ErrClosed
 		}
 		if q.interrupted.Swap(false) {
 			return nil
@@ -269,7 +269,7 @@ func (q *queue) close() error {
 // deleted: the device's own errno then says so.
 func (q *queue) fileError(op string, err error) error {
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	var errno error
 	ctlErr := q.io.Control(func(fd uintptr) {

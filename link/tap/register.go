@@ -5,15 +5,15 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The TAP link is selectable with POLARNET_LINK=tap. POLARNET_DEVICE names
 // the device; POLARNET_LINK_OPTIONS takes offloads=off, persist=true and
 // mac=02:..., the Config fields of the same meaning.
-func init() { polarnet.RegisterLink("tap", openFromParams) }
+func init() { link.Register("tap", openFromParams) }
 
-func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
+func openFromParams(p link.Params) (link.Link, error) {
 	cfg, err := configFromParams(p)
 	if err != nil {
 		return nil, err
@@ -21,7 +21,7 @@ func openFromParams(p polarnet.LinkParams) (polarnet.Link, error) {
 	return New(cfg)
 }
 
-func configFromParams(p polarnet.LinkParams) (Config, error) {
+func configFromParams(p link.Params) (Config, error) {
 	cfg := Config{Name: p.Device, Queues: p.Queues, MTU: p.MTU}
 	for k, v := range p.Options {
 		switch k {

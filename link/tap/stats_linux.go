@@ -10,12 +10,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
-var _ polarnet.LinkStatser = (*Link)(nil)
+var _ link.Statser = (*Link)(nil)
 
-// LinkStats implements polarnet.LinkStatser with the kernel's counters of
+// LinkStats implements link.Statser with the kernel's counters of
 // the TAP device, read over rtnetlink in whichever network namespace the
 // device is now (TUNGETDEVNETNS). The kernel keeps them for the device,
 // not per queue, so there is one QueueStats, with Queue -1. From the
@@ -32,7 +32,7 @@ var _ polarnet.LinkStatser = (*Link)(nil)
 //
 // It returns nil once the link is closed or when the counters cannot be
 // read (the namespace is not reachable without CAP_SYS_ADMIN).
-func (l *Link) LinkStats() []polarnet.QueueStats {
+func (l *Link) LinkStats() []link.QueueStats {
 	if l.closed.Load() || len(l.queues) == 0 {
 		return nil
 	}
@@ -43,7 +43,7 @@ func (l *Link) LinkStats() []polarnet.QueueStats {
 	if ctlErr != nil || err != nil {
 		return nil
 	}
-	return []polarnet.QueueStats{{
+	return []link.QueueStats{{
 		Queue:      -1,
 		RxFrames:   st[statTxPackets],
 		RxBytes:    st[statTxBytes],

@@ -8,7 +8,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // tunSetSteeringEBPF is TUNSETSTEERINGEBPF, _IOR('T', 224, int), which
@@ -16,7 +16,7 @@ import (
 const tunSetSteeringEBPF = 0x800454e0
 
 // steeringProgram builds the socket filter the kernel runs to choose the
-// queue of each frame it sends to the device: polarnet.PortSteering for TCP
+// queue of each frame it sends to the device: link.PortSteering for TCP
 // (so each connection reaches the shard that owns it), queue 0 for anything
 // else (UDP lives on shard 0; ARP and ICMP are answered wherever they land).
 // It is assembled here because CI has no clang.
@@ -87,13 +87,13 @@ func attachSteering(fd int, name string, queues int) error {
 	return nil
 }
 
-// RxQueue implements polarnet.Steerer: with its steering program, the device
-// delivers a TCP flow on polarnet.PortSteering's queue. Without one (a single
+// RxQueue implements link.Steerer: with its steering program, the device
+// delivers a TCP flow on link.PortSteering's queue. Without one (a single
 // queue, or Config.DisableSteering) it returns -1: the kernel's own spread is
 // not predictable, and the engine steers in software.
 func (l *Link) RxQueue(local, remote netip.AddrPort) int {
 	if !l.steered {
 		return -1
 	}
-	return polarnet.PortSteering(local.Port(), remote.Port(), len(l.queues))
+	return link.PortSteering(local.Port(), remote.Port(), len(l.queues))
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/netns"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
 )
 
 // TestLinkSuite runs the link suite between a TAP link and a packet socket
@@ -35,7 +35,7 @@ func TestLinkSuite(t *testing.T) {
 	} {
 		name := fmt.Sprintf("queues=%d,offloads=%t,mtu=%d", max(cfg.Queues, 1), !cfg.DisableOffloads, cfg.MTU)
 		t.Run(name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(t *testing.T) (polarnet.Link, polarnet.Link) {
+			linktest.TestLinkPair(t, func(t *testing.T) (link.Link, link.Link) {
 				ns := newNS(t)
 				cfg.Name, cfg.Persist = netns.UniqueName("pntap"), true
 				l, err := New(cfg)

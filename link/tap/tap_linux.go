@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // tunPath is the TUN/TAP clone device.
@@ -33,17 +33,17 @@ const (
 )
 
 // Link is a TAP device driven from user space: one queue pair per file
-// descriptor attached to the device. It implements polarnet.Link.
+// descriptor attached to the device. It implements link.Link.
 type Link struct {
-	info    polarnet.LinkInfo
-	queues  []polarnet.Queue
+	info    link.Info
+	queues  []link.Queue
 	steered bool // the steering program spreads flows over the queues
 	closed  atomic.Bool
 }
 
 var (
-	_ polarnet.Link    = (*Link)(nil)
-	_ polarnet.Steerer = (*Link)(nil)
+	_ link.Link    = (*Link)(nil)
+	_ link.Steerer = (*Link)(nil)
 )
 
 // New creates the TAP device cfg describes, or attaches to the existing
@@ -120,14 +120,14 @@ func New(cfg Config) (*Link, error) {
 		}
 	}
 
-	l := &Link{steered: steered, info: polarnet.LinkInfo{
+	l := &Link{steered: steered, info: link.Info{
 		Name:        name,
 		MAC:         cfg.MAC,
 		MTU:         cfg.MTU,
 		RxFrameSize: cfg.MTU + ethHdrLen,
 	}}
 	if !cfg.DisableOffloads {
-		l.info.Caps = polarnet.CapRXChecksum | polarnet.CapTXChecksum | polarnet.CapGSO
+		l.info.Caps = link.CapRXChecksum | link.CapTXChecksum | link.CapGSO
 		l.info.GSOMaxSize = gsoMaxSize
 		l.info.RxFrameSize = max(l.info.RxFrameSize, gsoRxFrameSize)
 	}
@@ -140,22 +140,22 @@ func New(cfg Config) (*Link, error) {
 
 // Info describes the link. MAC is the polarnet side's address, not the
 // kernel-side device's.
-func (l *Link) Info() polarnet.LinkInfo {
+func (l *Link) Info() link.Info {
 	info := l.info
 	info.MAC = append(net.HardwareAddr(nil), l.info.MAC...)
 	return info
 }
 
 // Queues returns the Config.Queues queue pairs, one per file descriptor.
-func (l *Link) Queues() []polarnet.Queue { return l.queues }
+func (l *Link) Queues() []link.Queue { return l.queues }
 
 // Close closes the queues' file descriptors, after waiting for bursts in
-// progress; a pending WaitRead returns ErrLinkClosed. The kernel removes the
+// progress; a pending WaitRead returns link.ErrClosed. The kernel removes the
 // device once no descriptor is open on it, unless it is persistent. A second
-// Close returns ErrLinkClosed.
+// Close returns link.ErrClosed.
 func (l *Link) Close() error {
 	if l.closed.Swap(true) {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	var errs []error
 	for _, q := range l.queues {
@@ -326,9 +326,9 @@ func ifreqIoctl(req uint, ifr *unix.Ifreq) error {
 	return unix.IoctlIfreq(s, req, ifr)
 }
 
-// unsupported marks an error as polarnet.ErrNotSupported (the host lacks
+// unsupported marks an error as link.ErrNotSupported (the host lacks
 // something) while keeping its message and its chain.
 type unsupported struct{ error }
 
 func (e unsupported) Unwrap() error      { return e.error }
-func (unsupported) Is(target error) bool { return target == polarnet.ErrNotSupported }
+func (unsupported) Is(target error) bool { return target == link.ErrNotSupported }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/internal/testenv"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 func TestInfo(t *testing.T) {
@@ -25,13 +25,13 @@ func TestInfo(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want polarnet.LinkInfo
+		want link.Info
 	}{
-		{"defaults", Config{}, polarnet.LinkInfo{
+		{"defaults", Config{}, link.Info{
 			MTU: 1500, RxFrameSize: gsoRxFrameSize, GSOMaxSize: gsoMaxSize,
-			Caps: polarnet.CapRXChecksum | polarnet.CapTXChecksum | polarnet.CapGSO,
+			Caps: link.CapRXChecksum | link.CapTXChecksum | link.CapGSO,
 		}},
-		{"no offloads", Config{DisableOffloads: true, MTU: 9000}, polarnet.LinkInfo{
+		{"no offloads", Config{DisableOffloads: true, MTU: 9000}, link.Info{
 			MTU: 9000, RxFrameSize: 9014,
 		}},
 	} {
@@ -77,7 +77,7 @@ func TestMultiQueue(t *testing.T) {
 	for i, q := range l.Queues() {
 		frame := udpv4Frame(kmac, l.Info().MAC,
 			netip.AddrPortFrom(linkAddr(0), 7000), netip.AddrPortFrom(kernelAddr(0), 7000), fmt.Appendf(nil, "queue %d", i))
-		n, err := q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{frame}}})
+		n, err := q.WriteBurst([]link.TxFrame{{Segs: [][]byte{frame}}})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	}
@@ -95,7 +95,7 @@ func TestMultiQueue(t *testing.T) {
 	for port := range 64 {
 		sendUDP(t, ns, 20000+port, netip.AddrPortFrom(linkAddr(0), 9), []byte("spread"))
 	}
-	frames := []polarnet.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
+	frames := []link.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
 	counts := make([]int, 2)
 	for deadline := time.Now().Add(5 * time.Second); counts[0]+counts[1] < 64 && time.Now().Before(deadline); {
 		idle := true
@@ -127,7 +127,7 @@ func TestWaitReadWakes(t *testing.T) {
 	l := openTAP(t, Config{})
 	plug(t, ns, l, 0)
 	q := l.Queues()[0]
-	frames := []polarnet.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
+	frames := []link.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
 	send := func() { sendUDP(t, ns, 0, netip.AddrPortFrom(linkAddr(0), 9), []byte("wake")) }
 	// waitFor calls WaitRead and reports how long it took; a guard interrupts
 	// it if nothing else does.
@@ -248,13 +248,13 @@ func TestClose(t *testing.T) {
 	require.NoError(t, l.Close())
 	select {
 	case err := <-done:
-		assert.ErrorIs(t, err, polarnet.ErrLinkClosed)
+		assert.ErrorIs(t, err, link.ErrClosed)
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not end a pending WaitRead")
 	}
-	_, err = q.ReadBurst(make([]polarnet.RxFrame, 1))
+	_, err = q.ReadBurst(make([]link.RxFrame, 1))
 	assert.ErrorIs(t, err, net.ErrClosed)
-	_, err = q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})
+	_, err = q.WriteBurst([]link.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})
 	assert.ErrorIs(t, err, net.ErrClosed)
 	assert.ErrorIs(t, q.WaitRead(), net.ErrClosed)
 	q.Interrupt() // must not panic
@@ -274,23 +274,23 @@ func TestCloseDuringBursts(t *testing.T) {
 	q := l.Queues()[0]
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		frames := []polarnet.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
+		frames := []link.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
 		for {
 			if _, err := q.ReadBurst(frames); err != nil {
-				assert.ErrorIs(t, err, polarnet.ErrLinkClosed)
+				assert.ErrorIs(t, err, link.ErrClosed)
 				return
 			}
 			if err := q.WaitRead(); err != nil {
-				assert.ErrorIs(t, err, polarnet.ErrLinkClosed)
+				assert.ErrorIs(t, err, link.ErrClosed)
 				return
 			}
 		}
 	})
 	wg.Go(func() {
-		frame := []polarnet.TxFrame{{Segs: [][]byte{make([]byte, 60)}}}
+		frame := []link.TxFrame{{Segs: [][]byte{make([]byte, 60)}}}
 		for {
 			_, err := q.WriteBurst(frame)
-			if errors.Is(err, polarnet.ErrLinkClosed) {
+			if errors.Is(err, link.ErrClosed) {
 				return
 			}
 			assert.ErrorIs(t, err, unix.EIO, "the device was never set up")
@@ -394,7 +394,7 @@ func TestNotPermitted(t *testing.T) {
 func TestWriteWhileDown(t *testing.T) {
 	testenv.RequirePriv(t)
 	l := openTAP(t, Config{}) // a new device is down until set up
-	n, err := l.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})
+	n, err := l.Queues()[0].WriteBurst([]link.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})
 	assert.Zero(t, n)
 	assert.ErrorIs(t, err, unix.EIO)
 	assert.ErrorContains(t, err, "(the device is down)")
@@ -413,8 +413,8 @@ func TestDeviceDeleted(t *testing.T) {
 		assert.ErrorIs(t, err, unix.EBADFD)
 	}
 	for _, err := range []error{
-		second(q.ReadBurst([]polarnet.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}})),
-		second(q.WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})),
+		second(q.ReadBurst([]link.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}})),
+		second(q.WriteBurst([]link.TxFrame{{Segs: [][]byte{make([]byte, 60)}}})),
 	} {
 		assert.ErrorIs(t, err, unix.EBADFD)
 		assert.ErrorContains(t, err, "(the device was deleted)")
@@ -431,8 +431,8 @@ func TestNoAllocs(t *testing.T) {
 	q := l.Queues()[0]
 	frame := udpv4Frame(kmac, l.Info().MAC,
 		netip.AddrPortFrom(linkAddr(0), 7000), netip.AddrPortFrom(kernelAddr(0), 9), []byte("no allocs"))
-	tx := []polarnet.TxFrame{{Segs: [][]byte{frame[:42], frame[42:]}}, {Segs: [][]byte{frame}}}
-	rx := make([]polarnet.RxFrame, 4)
+	tx := []link.TxFrame{{Segs: [][]byte{frame[:42], frame[42:]}}, {Segs: [][]byte{frame}}}
+	rx := make([]link.RxFrame, 4)
 	for i := range rx {
 		rx[i].Buf = make([]byte, l.Info().RxFrameSize)
 	}

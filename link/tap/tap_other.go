@@ -6,25 +6,25 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // Link is a TAP device driven from user space. TAP links exist on Linux only:
 // elsewhere New fails and a Link is never returned.
 type Link struct{}
 
-var _ polarnet.Link = (*Link)(nil)
+var _ link.Link = (*Link)(nil)
 
-// New returns an error wrapping polarnet.ErrNotSupported: TAP links need Linux.
+// New returns an error wrapping link.ErrNotSupported: TAP links need Linux.
 func New(Config) (*Link, error) {
-	return nil, fmt.Errorf("tap: %w on %s", polarnet.ErrNotSupported, runtime.GOOS)
+	return nil, fmt.Errorf("tap: %w on %s", link.ErrNotSupported, runtime.GOOS)
 }
 
-// Info returns the zero LinkInfo.
-func (*Link) Info() polarnet.LinkInfo { return polarnet.LinkInfo{} }
+// Info returns the zero link.Info.
+func (*Link) Info() link.Info { return link.Info{} }
 
 // Queues returns no queues.
-func (*Link) Queues() []polarnet.Queue { return nil }
+func (*Link) Queues() []link.Queue { return nil }
 
-// Close returns polarnet.ErrLinkClosed.
-func (*Link) Close() error { return polarnet.ErrLinkClosed }
+// Close returns link.ErrClosed.
+func (*Link) Close() error { return link.ErrClosed }

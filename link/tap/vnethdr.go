@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The virtio-net header that precedes every frame on a TAP opened with
@@ -83,7 +83,7 @@ func (h *vnetHdr) checksumValid() bool {
 // A frame whose payload fits in one segment is sent without GSO, as Linux
 // itself does: older kernels reject such a header with EINVAL, newer ones
 // ignore the GSO fields.
-func txVnetHdr(o *polarnet.TxOffload, frameLen int) (vnetHdr, error) {
+func txVnetHdr(o *link.TxOffload, frameLen int) (vnetHdr, error) {
 	var h vnetHdr
 	if o.NeedsChecksum {
 		h.flags = vnetNeedsCsum
@@ -91,11 +91,11 @@ func txVnetHdr(o *polarnet.TxOffload, frameLen int) (vnetHdr, error) {
 		h.csumOffset = o.ChecksumOffset
 	}
 	switch o.GSO {
-	case polarnet.GSONone:
+	case link.GSONone:
 		return h, nil
-	case polarnet.GSOTCPv4:
+	case link.GSOTCPv4:
 		h.gsoType = vnetGSOTCPv4
-	case polarnet.GSOTCPv6:
+	case link.GSOTCPv6:
 		h.gsoType = vnetGSOTCPv6
 	default:
 		return vnetHdr{}, fmt.Errorf("tap: unknown GSO kind %d", o.GSO)

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 func TestVnetHdrEncoding(t *testing.T) {
@@ -53,30 +53,30 @@ func TestTxVnetHdr(t *testing.T) {
 		v4Hdr = 14 + 20 + 32 // Ethernet, IPv4, TCP with timestamps
 		v6Hdr = 14 + 40 + 32
 	)
-	gso := func(kind polarnet.GSOKind, hdrLen uint16) polarnet.TxOffload {
-		return polarnet.TxOffload{
+	gso := func(kind link.GSOKind, hdrLen uint16) link.TxOffload {
+		return link.TxOffload{
 			NeedsChecksum: true, ChecksumStart: hdrLen - 32, ChecksumOffset: 16,
 			GSO: kind, GSOSize: 1448, HeaderLen: hdrLen,
 		}
 	}
 	for _, tc := range []struct {
 		name     string
-		offload  polarnet.TxOffload
+		offload  link.TxOffload
 		frameLen int
 		want     vnetHdr
 	}{
-		{"none", polarnet.TxOffload{}, 1514, vnetHdr{}},
-		{"checksum", polarnet.TxOffload{NeedsChecksum: true, ChecksumStart: 34, ChecksumOffset: 6}, 200,
+		{"none", link.TxOffload{}, 1514, vnetHdr{}},
+		{"checksum", link.TxOffload{NeedsChecksum: true, ChecksumStart: 34, ChecksumOffset: 6}, 200,
 			vnetHdr{flags: vnetNeedsCsum, csumStart: 34, csumOffset: 6}},
-		{"GSO TCPv4", gso(polarnet.GSOTCPv4, v4Hdr), v4Hdr + 30000,
+		{"GSO TCPv4", gso(link.GSOTCPv4, v4Hdr), v4Hdr + 30000,
 			vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: v4Hdr, gsoSize: 1448, csumStart: 34, csumOffset: 16}},
-		{"GSO TCPv6", gso(polarnet.GSOTCPv6, v6Hdr), v6Hdr + 60000,
+		{"GSO TCPv6", gso(link.GSOTCPv6, v6Hdr), v6Hdr + 60000,
 			vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv6, hdrLen: v6Hdr, gsoSize: 1448, csumStart: 54, csumOffset: 16}},
-		{"GSO, one byte over one segment", gso(polarnet.GSOTCPv4, v4Hdr), v4Hdr + 1449,
+		{"GSO, one byte over one segment", gso(link.GSOTCPv4, v4Hdr), v4Hdr + 1449,
 			vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: v4Hdr, gsoSize: 1448, csumStart: 34, csumOffset: 16}},
-		{"GSO, payload of one segment", gso(polarnet.GSOTCPv4, v4Hdr), v4Hdr + 1448,
+		{"GSO, payload of one segment", gso(link.GSOTCPv4, v4Hdr), v4Hdr + 1448,
 			vnetHdr{flags: vnetNeedsCsum, hdrLen: v4Hdr, csumStart: 34, csumOffset: 16}},
-		{"GSO, no payload", gso(polarnet.GSOTCPv6, v6Hdr), v6Hdr,
+		{"GSO, no payload", gso(link.GSOTCPv6, v6Hdr), v6Hdr,
 			vnetHdr{flags: vnetNeedsCsum, hdrLen: v6Hdr, csumStart: 54, csumOffset: 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +86,6 @@ func TestTxVnetHdr(t *testing.T) {
 		})
 	}
 
-	_, err := txVnetHdr(&polarnet.TxOffload{GSO: 9, GSOSize: 1000}, 5000)
+	_, err := txVnetHdr(&link.TxOffload{GSO: 9, GSOSize: 1000}, 5000)
 	assert.EqualError(t, err, "tap: unknown GSO kind 9")
 }

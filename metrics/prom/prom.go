@@ -21,7 +21,7 @@ import (
 )
 
 // Collector is a prometheus.Collector of one Stack: every scrape reads the
-// stack's counters afresh (Stack.Stats and Stack.ProtocolStatsTotal).
+// stack's counters afresh (Stack.Stats and Stack.ProtocolCounters).
 type Collector struct {
 	stack *polarnet.Stack
 	descs map[*metrics.Desc]*prometheus.Desc

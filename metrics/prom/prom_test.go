@@ -17,12 +17,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/metrics/prom"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
-func newStack(t *testing.T, l polarnet.Link, addr string) *polarnet.Stack {
+func newStack(t *testing.T, l link.Link, addr string) *polarnet.Stack {
 	t.Helper()
 	st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}})
 	require.NoError(t, err)
@@ -74,7 +75,7 @@ next:
 }
 
 func TestHandlerServesMetrics(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	la, lb := pipe.New(pipe.Config{Queues: 2})
 	a := newStack(t, la, "198.18.0.1/24")
 	b := newStack(t, lb, "198.18.0.2/24")
 	srv := httptest.NewServer(prom.Handler(a))
@@ -141,7 +142,7 @@ func TestHandlerServesMetrics(t *testing.T) {
 }
 
 func TestRegisterWithConstLabels(t *testing.T) {
-	la, _ := linktest.Pipe(linktest.PipeConfig{})
+	la, _ := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, prom.Register(reg, a, prometheus.Labels{"stack": "a"}))
@@ -162,7 +163,7 @@ func TestRegisterWithConstLabels(t *testing.T) {
 // TestStacksHandler: two stacks of one process on one endpoint, each
 // series labelled with its stack and holding that stack's own counters.
 func TestStacksHandler(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	b := newStack(t, lb, "198.18.0.2/24")
 	srv := httptest.NewServer(prom.StacksHandler(map[string]*polarnet.Stack{"client": a, "server": b}))
@@ -262,10 +263,10 @@ func pollSeries(key string) bool {
 // malformed frame moves the bad-frame drop counter and the RX frame and
 // byte counters by one, and nothing else.
 func TestScrapeCountsExactly(t *testing.T) {
-	la, lb := linktest.Pipe(linktest.PipeConfig{})
+	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	b := newStack(t, lb, "198.18.0.2/24")
-	lc, raw := linktest.Pipe(linktest.PipeConfig{})
+	lc, raw := pipe.New(pipe.Config{})
 	c := newStack(t, lc, "198.18.0.3/24")
 	t.Cleanup(func() { raw.Close() })
 	srv := httptest.NewServer(prom.StacksHandler(map[string]*polarnet.Stack{"a": a, "b": b, "c": c}))
@@ -329,7 +330,7 @@ func TestScrapeCountsExactly(t *testing.T) {
 
 	// One malformed frame (shorter than an Ethernet header) into c.
 	third, _ := scrape(t, srv.URL)
-	w, err := raw.Queues()[0].WriteBurst([]polarnet.TxFrame{{Segs: [][]byte{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}})
+	w, err := raw.Queues()[0].WriteBurst([]link.TxFrame{{Segs: [][]byte{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}})
 	require.NoError(t, err)
 	require.Equal(t, 1, w)
 	require.Eventually(t, func() bool { return c.Stats().Total.RxBadFrame == 1 }, 5*time.Second, time.Millisecond)

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -25,7 +25,7 @@ func TestEnvironment(t *testing.T) {
 		return nil, errors.New("tap: attaching to pnt-doc: another file descriptor holds its only queue")
 	}
 	starts := func(getenv func(string) string) (*polarnet.Stack, error) {
-		la, _ := linktest.Pipe(linktest.PipeConfig{})
+		la, _ := pipe.New(pipe.Config{})
 		return polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{netip.MustParsePrefix(getenv("POLARNET_ADDR"))}})
 	}
 	for _, tc := range []struct {

@@ -1,8 +1,7 @@
-// Package linktest holds what link implementations share in their tests: the
-// suite every polarnet.Link must pass (TestLinkPair), an in-memory pipe link
-// for tests and benchmarks that need no privileges (Pipe), and an AF_PACKET
-// link (PacketSocketLink) that plays the far end of a real device.
-package linktest
+// Package pipe is an in-memory link between two stacks in one process: no
+// device and no privileges. The quickstart, the examples and rpcbench run
+// over it, and tests and benchmarks of the engine use it.
+package pipe
 
 import (
 	"fmt"
@@ -13,20 +12,17 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/link"
 )
-
-// ethHeaderLen is the length of an Ethernet header without VLAN tags: what
-// a frame carries on top of the MTU.
-const ethHeaderLen = 14
 
 // maxPipeMTU is the largest MTU a pipe accepts: an IP packet's length field
 // is 16 bits, so larger packets could not be expressed anyway.
 const maxPipeMTU = 65535
 
-// PipeConfig configures Pipe. The zero value is a 1500-byte MTU pipe with one
+// Config configures New. The zero value is a 1500-byte MTU pipe with one
 // queue pair and 1024-frame rings.
-type PipeConfig struct {
+type Config struct {
 	// MTU is the largest IP packet carried (Ethernet header not included).
 	// Zero means 1500; at most 65535, which lets a 64 KiB TCP segment
 	// cross in one frame.
@@ -43,11 +39,11 @@ type PipeConfig struct {
 	MACA, MACB net.HardwareAddr
 }
 
-// Pipe returns the two ends of an in-memory link: every frame written to a
+// New returns the two ends of an in-memory link: every frame written to a
 // queue of one end is received on the same queue of the other end, unchanged.
 //
 // Each frame is copied twice, both unavoidable for memory links under the
-// polarnet.Link contract: WriteBurst gathers it into a buffer of the pipe
+// link.Link contract: WriteBurst gathers it into a buffer of the pipe
 // (the engine's segments are only lent for the call), ReadBurst copies that
 // into the engine's buffer. The reader hands buffers back to the writer, so
 // a pipe allocates a buffer (MTU+14 bytes) only when more frames are in
@@ -60,14 +56,14 @@ type PipeConfig struct {
 // TxOffload.NeedsChecksum are never filled in (the receiver trusts the mark,
 // as with frames on a veth pair); observers of a pipe see partial checksums.
 //
-// Pipe panics if cfg has a negative field, an MTU above 65535 or a MAC that
-// is not 6 bytes long: configurations are written by tests, not users.
-func Pipe(cfg PipeConfig) (a, b *PipeLink) {
+// New panics if cfg has a negative field, an MTU above 65535 or a MAC that
+// is not 6 bytes long: configurations are written in code, not read from input.
+func New(cfg Config) (a, b *Link) {
 	cfg = cfg.withDefaults()
 	id := pipeIDs.Add(1)
 	a = newPipeLink(fmt.Sprintf("pipe%d-a", id), cfg.MACA, cfg)
 	b = newPipeLink(fmt.Sprintf("pipe%d-b", id), cfg.MACB, cfg)
-	frameSize := cfg.MTU + ethHeaderLen
+	frameSize := cfg.MTU + frame.EthLen
 	for i := range cfg.Queues {
 		toA, toB := newRing(cfg.RingSize, frameSize, a), newRing(cfg.RingSize, frameSize, b)
 		a.queues[i] = &pipeQueue{link: a, rx: toA, tx: toB, intr: make(chan struct{}, 1)}
@@ -76,12 +72,12 @@ func Pipe(cfg PipeConfig) (a, b *PipeLink) {
 	return a, b
 }
 
-// pipeIDs numbers pipes so that their LinkInfo names differ in logs.
+// pipeIDs numbers pipes so that their link.Info names differ in logs.
 var pipeIDs atomic.Uint64
 
-func (cfg PipeConfig) withDefaults() PipeConfig {
+func (cfg Config) withDefaults() Config {
 	if cfg.MTU < 0 || cfg.MTU > maxPipeMTU || cfg.Queues < 0 || cfg.RingSize < 0 {
-		panic(fmt.Sprintf("linktest: invalid PipeConfig %+v", cfg))
+		panic(fmt.Sprintf("linktest: invalid Config %+v", cfg))
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
@@ -99,47 +95,47 @@ func (cfg PipeConfig) withDefaults() PipeConfig {
 		cfg.MACB = net.HardwareAddr{0x02, 0x70, 0x6e, 0, 0, 2}
 	}
 	if len(cfg.MACA) != 6 || len(cfg.MACB) != 6 {
-		panic(fmt.Sprintf("linktest: PipeConfig MACs must be 6 bytes: %v, %v", cfg.MACA, cfg.MACB))
+		panic(fmt.Sprintf("linktest: Config MACs must be 6 bytes: %v, %v", cfg.MACA, cfg.MACB))
 	}
 	return cfg
 }
 
-// PipeLink is one end of a Pipe. It implements polarnet.Link.
-type PipeLink struct {
-	info   polarnet.LinkInfo
-	queues []polarnet.Queue
+// Link is one end of a pipe made by New. It implements link.Link.
+type Link struct {
+	info   link.Info
+	queues []link.Queue
 
 	closeOnce sync.Once
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close, wakes every WaitRead
 }
 
-var _ polarnet.Link = (*PipeLink)(nil)
+var _ link.Link = (*Link)(nil)
 
-func newPipeLink(name string, mac net.HardwareAddr, cfg PipeConfig) *PipeLink {
-	return &PipeLink{
-		info: polarnet.LinkInfo{
+func newPipeLink(name string, mac net.HardwareAddr, cfg Config) *Link {
+	return &Link{
+		info: link.Info{
 			Name:        name,
 			MAC:         append(net.HardwareAddr(nil), mac...),
 			MTU:         cfg.MTU,
-			RxFrameSize: cfg.MTU + ethHeaderLen,
-			Caps:        polarnet.CapRXChecksum | polarnet.CapTXChecksum,
+			RxFrameSize: cfg.MTU + frame.EthLen,
+			Caps:        link.CapRXChecksum | link.CapTXChecksum,
 		},
-		queues: make([]polarnet.Queue, cfg.Queues),
+		queues: make([]link.Queue, cfg.Queues),
 		done:   make(chan struct{}),
 	}
 }
 
-// Info implements polarnet.Link.
-func (l *PipeLink) Info() polarnet.LinkInfo { return l.info }
+// Info implements link.Link.
+func (l *Link) Info() link.Info { return l.info }
 
-// Queues implements polarnet.Link.
-func (l *PipeLink) Queues() []polarnet.Queue { return l.queues }
+// Queues implements link.Link.
+func (l *Link) Queues() []link.Queue { return l.queues }
 
-// Close implements polarnet.Link. Frames the other end writes afterwards are
+// Close implements link.Link. Frames the other end writes afterwards are
 // dropped, as on a wire with nobody at the far end; that end stays usable.
 // Closing again does nothing.
-func (l *PipeLink) Close() error {
+func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		close(l.done)
@@ -150,24 +146,24 @@ func (l *PipeLink) Close() error {
 // pipeQueue is queue pair i of one end: it reads its own ring and writes the
 // other end's ring i.
 type pipeQueue struct {
-	link *PipeLink
+	link *Link
 	rx   *ring
 	tx   *ring
 	intr chan struct{} // one pending Interrupt
 }
 
-// ReadBurst implements polarnet.Queue.
-func (q *pipeQueue) ReadBurst(frames []polarnet.RxFrame) (int, error) {
+// ReadBurst implements link.Queue.
+func (q *pipeQueue) ReadBurst(frames []link.RxFrame) (int, error) {
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	return q.rx.read(frames), nil
 }
 
-// WriteBurst implements polarnet.Queue.
-func (q *pipeQueue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
+// WriteBurst implements link.Queue.
+func (q *pipeQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 	if q.link.closed.Load() {
-		return 0, polarnet.ErrLinkClosed
+		return 0, link.ErrClosed
 	}
 	if q.tx.reader.closed.Load() {
 		return len(frames), nil
@@ -175,10 +171,10 @@ func (q *pipeQueue) WriteBurst(frames []polarnet.TxFrame) (int, error) {
 	return q.tx.write(frames)
 }
 
-// WaitRead implements polarnet.Queue.
+// WaitRead implements link.Queue.
 func (q *pipeQueue) WaitRead() error {
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	if !q.rx.empty() {
 		return nil
@@ -189,12 +185,12 @@ func (q *pipeQueue) WaitRead() error {
 	case <-q.link.done:
 	}
 	if q.link.closed.Load() {
-		return polarnet.ErrLinkClosed
+		return link.ErrClosed
 	}
 	return nil
 }
 
-// Interrupt implements polarnet.Queue.
+// Interrupt implements link.Queue.
 func (q *pipeQueue) Interrupt() {
 	select {
 	case q.intr <- struct{}{}:
@@ -215,10 +211,10 @@ type ring struct {
 	// non-empty, not one per frame, keeps channel operations off the
 	// per-frame path.
 	readable chan struct{}
-	reader   *PipeLink // the end that reads this ring
+	reader   *Link // the end that reads this ring
 }
 
-func newRing(size, frameSize int, reader *PipeLink) *ring {
+func newRing(size, frameSize int, reader *Link) *ring {
 	return &ring{
 		frames:    newSPSC[[]byte](size),
 		free:      newSPSC[[]byte](size),
@@ -233,7 +229,7 @@ func (r *ring) empty() bool { return r.frames.len() == 0 }
 // write copies frames into buffers, reused from the reader or else newly
 // allocated, and queues them; it returns how many fit. A frame larger than
 // the frame size stops the burst with an error.
-func (r *ring) write(frames []polarnet.TxFrame) (int, error) {
+func (r *ring) write(frames []link.TxFrame) (int, error) {
 	n := min(r.frames.space(), len(frames))
 	reuse := r.free.len()
 	var err error
@@ -266,7 +262,7 @@ func (r *ring) write(frames []polarnet.TxFrame) (int, error) {
 
 // read copies up to len(frames) frames into the engine's buffers and hands
 // their buffers back to the writer.
-func (r *ring) read(frames []polarnet.RxFrame) int {
+func (r *ring) read(frames []link.RxFrame) int {
 	n := min(r.frames.len(), len(frames))
 	for i := range n {
 		buf := r.frames.at(i)

@@ -7,6 +7,8 @@ import (
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/polarnet/polarnet/link"
 )
 
 // Where a received frame goes when a stack has several shards.
@@ -131,7 +133,7 @@ func (st *Stack) quotedTransport(proto uint8, src, dst tcpip.Address, l4 []byte)
 }
 
 // flowOwner is the shard whose queue the link delivers the flow on: the
-// link's own rule when it steers, PortSteering otherwise.
+// link's own rule when it steers, link.PortSteering otherwise.
 func (st *Stack) flowOwner(localAddr tcpip.Address, local uint16, remoteAddr tcpip.Address, remote uint16) int {
 	if st.steerer != nil {
 		la, _ := netip.AddrFromSlice(localAddr.AsSlice())
@@ -140,7 +142,7 @@ func (st *Stack) flowOwner(localAddr tcpip.Address, local uint16, remoteAddr tcp
 			return q
 		}
 	}
-	return PortSteering(local, remote, len(st.shards))
+	return link.PortSteering(local, remote, len(st.shards))
 }
 
 // handoff is a frame on its way from the shard that received it to the

@@ -1,4 +1,4 @@
-package polarnet
+package link
 
 import (
 	"errors"
@@ -6,25 +6,25 @@ import (
 )
 
 // Link is a network device the engine drives: one or more queue pairs that
-// share a MAC address and an MTU. Links never import gVisor; the engine adapts
-// each queue pair to a gVisor NIC of its own shard.
+// share a MAC address and an MTU. The engine adapts each queue pair to a
+// gVisor NIC of its own shard.
 //
-// A Link is owned by the Stack it is given to: Stack.Close closes it.
+// A Link is owned by the polarnet.Stack it is given to: Stack.Close closes it.
 type Link interface {
 	// Info describes the device. It must not change after the link is opened.
-	Info() LinkInfo
+	Info() Info
 	// Queues returns the queue pairs. The engine runs one shard per queue
 	// pair, so the slice must not change after the link is opened.
 	Queues() []Queue
 	// Close releases the device. Later calls on its queues return
-	// ErrLinkClosed (a ReadBurst already running may still return frames);
+	// ErrClosed (a ReadBurst already running may still return frames);
 	// a blocked WaitRead returns at once. Closing twice returns nil or an
 	// error matching net.ErrClosed.
 	Close() error
 }
 
-// LinkInfo describes a link.
-type LinkInfo struct {
+// Info describes a link.
+type Info struct {
 	// Name is the device name (for logs and stats), e.g. "tap0".
 	Name string
 	// MAC is the Ethernet address frames are sent from.
@@ -70,7 +70,7 @@ type Queue interface {
 	// arrive first in, first out per queue.
 	//
 	// Buffers: the engine owns frames[i].Buf (capacity at least
-	// LinkInfo.RxFrameSize) and lends it for the call. The link writes frame
+	// Info.RxFrameSize) and lends it for the call. The link writes frame
 	// i into frames[i].Buf[:frames[i].Len] — syscall links read straight
 	// into it, memory-mapped links copy from their ring and recycle their
 	// own frame before returning. Nothing the link owns outlives the call,
@@ -82,7 +82,7 @@ type Queue interface {
 	// full: the engine keeps the rest for its next flush (within a bound,
 	// then counts them as dropped) and stays awake for them. An error
 	// reports frames the link cannot send now (carrier down, device gone)
-	// or ever (malformed), or ErrLinkClosed; the engine counts the rest as
+	// or ever (malformed), or ErrClosed; the engine counts the rest as
 	// errors and TCP retransmits them. A link that is down must say so
 	// with an error, or the engine retries it in a busy loop.
 	//
@@ -92,7 +92,7 @@ type Queue interface {
 	WriteBurst(frames []TxFrame) (int, error)
 
 	// WaitRead blocks until the RX ring may hold frames, Interrupt is called,
-	// or the link is closed (then it returns ErrLinkClosed). It may return
+	// or the link is closed (then it returns ErrClosed). It may return
 	// early; the caller reads again. It must return at once while frames
 	// are queued but unread, even if none arrived since the last wakeup
 	// (edge-triggered notifications make this easy to get wrong). Other
@@ -161,14 +161,14 @@ type TxOffload struct {
 	HeaderLen uint16
 }
 
-// ErrLinkClosed is returned by queue operations after the link is closed.
+// ErrClosed is returned by queue operations after the link is closed.
 // It wraps net.ErrClosed so errors.Is(err, net.ErrClosed) holds.
-var ErrLinkClosed = &linkClosedError{}
+var ErrClosed = &closedError{}
 
-type linkClosedError struct{}
+type closedError struct{}
 
-func (*linkClosedError) Error() string        { return "polarnet: link closed" }
-func (*linkClosedError) Is(target error) bool { return target == net.ErrClosed }
+func (*closedError) Error() string        { return "polarnet: link closed" }
+func (*closedError) Is(target error) bool { return target == net.ErrClosed }
 
 // ErrNotSupported is returned when a link or feature is not available in this
 // build or on this host. Errors from links wrap it with the reason.

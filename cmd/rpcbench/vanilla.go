@@ -18,7 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link"
 )
 
 // The vanilla-pipe baseline: gVisor as a program would use it without
@@ -39,19 +39,19 @@ const vanillaNIC tcpip.NICID = 1
 // vanillaStack is one gVisor stack on one end of a pipe.
 type vanillaStack struct {
 	st   *stack.Stack
-	link polarnet.Link
+	link link.Link
 	ep   *pipeEndpoint
 }
 
-func newVanillaStack(link polarnet.Link, addr netip.Prefix) (*vanillaStack, error) {
-	info := link.Info()
+func newVanillaStack(l link.Link, addr netip.Prefix) (*vanillaStack, error) {
+	info := l.Info()
 	ep := &pipeEndpoint{
 		mac:  tcpip.LinkAddress(info.MAC),
 		mtu:  uint32(info.MTU),
 		rxSz: info.RxFrameSize,
 		done: make(chan struct{}),
 	}
-	for _, q := range link.Queues() {
+	for _, q := range l.Queues() {
 		ep.queues = append(ep.queues, &pipeEndpointQueue{q: q})
 	}
 	st := stack.New(stack.Options{
@@ -60,7 +60,7 @@ func newVanillaStack(link polarnet.Link, addr netip.Prefix) (*vanillaStack, erro
 	})
 	fail := func(format string, args ...any) (*vanillaStack, error) {
 		st.Destroy()
-		link.Close()
+		l.Close()
 		return nil, fmt.Errorf("vanilla gVisor: "+format, args...)
 	}
 	if err := st.CreateNIC(vanillaNIC, ep); err != nil {
@@ -75,7 +75,7 @@ func newVanillaStack(link polarnet.Link, addr netip.Prefix) (*vanillaStack, erro
 	}
 	st.SetRouteTable([]tcpip.Route{{Destination: pa.AddressWithPrefix.Subnet(), NIC: vanillaNIC}})
 	ep.startReceiving()
-	return &vanillaStack{st: st, link: link, ep: ep}, nil
+	return &vanillaStack{st: st, link: l, ep: ep}, nil
 }
 
 func (v *vanillaStack) Close() error {
@@ -118,9 +118,9 @@ type pipeEndpoint struct {
 }
 
 type pipeEndpointQueue struct {
-	q  polarnet.Queue
+	q  link.Queue
 	mu sync.Mutex
-	tx []polarnet.TxFrame
+	tx []link.TxFrame
 }
 
 var _ stack.LinkEndpoint = (*pipeEndpoint)(nil)
@@ -173,7 +173,7 @@ func (e *pipeEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 	defer q.mu.Unlock()
 	q.tx = q.tx[:0]
 	for _, pkt := range all {
-		q.tx = append(q.tx, polarnet.TxFrame{Segs: pkt.AsSlices()})
+		q.tx = append(q.tx, link.TxFrame{Segs: pkt.AsSlices()})
 	}
 	n, err := q.q.WriteBurst(q.tx)
 	clear(q.tx)
@@ -198,8 +198,8 @@ func (e *pipeEndpoint) startReceiving() {
 }
 
 // receive delivers frames from q until the link is closed.
-func (e *pipeEndpoint) receive(q polarnet.Queue) {
-	frames := make([]polarnet.RxFrame, 32)
+func (e *pipeEndpoint) receive(q link.Queue) {
+	frames := make([]link.RxFrame, 32)
 	for i := range frames {
 		frames[i].Buf = make([]byte, e.rxSz)
 	}
@@ -208,11 +208,11 @@ func (e *pipeEndpoint) receive(q polarnet.Queue) {
 		for _, f := range frames[:n] {
 			e.deliver(f.Buf[:f.Len])
 		}
-		if errors.Is(err, polarnet.ErrLinkClosed) {
+		if errors.Is(err, link.ErrClosed) {
 			return
 		}
 		if n == 0 {
-			if err := q.WaitRead(); errors.Is(err, polarnet.ErrLinkClosed) {
+			if err := q.WaitRead(); errors.Is(err, link.ErrClosed) {
 				return
 			}
 		}

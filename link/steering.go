@@ -1,4 +1,4 @@
-package polarnet
+package link
 
 import "net/netip"
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
@@ -183,8 +182,8 @@ func vanillaNet(v *vanillaStack) *netEnd {
 }
 
 // tapNet creates a TAP device in this process's namespace (the host's) with
-// a polarnet stack on it at taptopo.Stack4; the orchestrator moves the
-// device's kernel side into the peer's namespace (taptopo.PlugKernelSide).
+// a polarnet stack on it at tapStack; the orchestrator moves the device's
+// kernel side into the peer's namespace (plugKernelSide).
 // ackOff turns the stack's ACK filter off; queues is the device's queue
 // pairs, so the stack's shards.
 func tapNet(mtu int, poll polarnet.PollMode, ackOff bool, queues int) (*netEnd, error) {
@@ -195,7 +194,7 @@ func tapNet(mtu int, poll polarnet.PollMode, ackOff bool, queues int) (*netEnd, 
 	dev := link.Info().Name
 	st, err := polarnet.New(polarnet.Config{
 		Link:  link,
-		Addrs: []netip.Prefix{netip.PrefixFrom(taptopo.Stack4, 24)},
+		Addrs: []netip.Prefix{tapStack},
 		Poll:  poll,
 		ACK:   polarnet.ACKConfig{DisableFilter: ackOff},
 	})

@@ -1,4 +1,4 @@
-package linktest_test
+package pipe_test
 
 import (
 	"fmt"
@@ -8,37 +8,38 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/linktest"
-	"github.com/polarnet/polarnet/polarnet"
+	"github.com/polarnet/polarnet/link/pipe"
 )
 
 func TestPipeSuite(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  linktest.PipeConfig
+		cfg  pipe.Config
 	}{
-		{"Defaults", linktest.PipeConfig{}},
-		{"TwoQueues", linktest.PipeConfig{Queues: 2}},
-		{"MTU9000", linktest.PipeConfig{MTU: 9000}},
-		{"MTU65535", linktest.PipeConfig{MTU: 65535}},
-		{"MTU65535TwoQueues", linktest.PipeConfig{MTU: 65535, Queues: 2}},
-		{"Ring7", linktest.PipeConfig{RingSize: 7}}, // bursts fit in pieces; not a power of two
+		{"Defaults", pipe.Config{}},
+		{"TwoQueues", pipe.Config{Queues: 2}},
+		{"MTU9000", pipe.Config{MTU: 9000}},
+		{"MTU65535", pipe.Config{MTU: 65535}},
+		{"MTU65535TwoQueues", pipe.Config{MTU: 65535, Queues: 2}},
+		{"Ring7", pipe.Config{RingSize: 7}}, // bursts fit in pieces; not a power of two
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			linktest.TestLinkPair(t, func(*testing.T) (polarnet.Link, polarnet.Link) {
-				return linktest.Pipe(tc.cfg)
+			linktest.TestLinkPair(t, func(*testing.T) (link.Link, link.Link) {
+				return pipe.New(tc.cfg)
 			})
 		})
 	}
 }
 
 func TestPipeDefaults(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{})
+	a, b := pipe.New(pipe.Config{})
 	ia, ib := a.Info(), b.Info()
-	for _, info := range []polarnet.LinkInfo{ia, ib} {
+	for _, info := range []link.Info{ia, ib} {
 		assert.Equal(t, 1500, info.MTU)
 		assert.Equal(t, 1514, info.RxFrameSize)
-		assert.Equal(t, polarnet.CapRXChecksum|polarnet.CapTXChecksum, info.Caps)
+		assert.Equal(t, link.CapRXChecksum|link.CapTXChecksum, info.Caps)
 		if assert.Len(t, info.MAC, 6) {
 			assert.Equal(t, byte(0x02), info.MAC[0]&0x03, "locally administered unicast")
 		}
@@ -52,26 +53,26 @@ func TestPipeDefaults(t *testing.T) {
 func TestPipeConfig(t *testing.T) {
 	macA := net.HardwareAddr{0x02, 0, 0, 0, 0, 0xa}
 	macB := net.HardwareAddr{0x02, 0, 0, 0, 0, 0xb}
-	a, b := linktest.Pipe(linktest.PipeConfig{MTU: 65535, Queues: 3, MACA: macA, MACB: macB})
+	a, b := pipe.New(pipe.Config{MTU: 65535, Queues: 3, MACA: macA, MACB: macB})
 	assert.Equal(t, macA, a.Info().MAC)
 	assert.Equal(t, macB, b.Info().MAC)
 	assert.Equal(t, 65535+14, b.Info().RxFrameSize)
 	assert.Len(t, a.Queues(), 3)
 
-	for _, bad := range []linktest.PipeConfig{
+	for _, bad := range []pipe.Config{
 		{MTU: 65536}, {MTU: -1}, {Queues: -1}, {RingSize: -1}, {MACA: net.HardwareAddr{1, 2}},
 	} {
-		assert.Panics(t, func() { linktest.Pipe(bad) }, "%+v", bad)
+		assert.Panics(t, func() { pipe.New(bad) }, "%+v", bad)
 	}
 }
 
 // TestPipeQueues checks what the suite leaves to steering: queue i of one
 // end feeds queue i of the other, and frames come marked ChecksumValid.
 func TestPipeQueues(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{Queues: 2})
+	a, b := pipe.New(pipe.Config{Queues: 2})
 	qa, qb := a.Queues(), b.Queues()
 	for i := range qa {
-		n, err := qa[i].WriteBurst([]polarnet.TxFrame{txFrame(60+i, byte(i))})
+		n, err := qa[i].WriteBurst([]link.TxFrame{txFrame(60+i, byte(i))})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	}
@@ -87,9 +88,9 @@ func TestPipeQueues(t *testing.T) {
 }
 
 func TestPipeRingFull(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{RingSize: 4})
+	a, b := pipe.New(pipe.Config{RingSize: 4})
 	qa, qb := a.Queues()[0], b.Queues()[0]
-	burst := []polarnet.TxFrame{txFrame(60, 0), txFrame(61, 1), txFrame(62, 2), txFrame(63, 3), txFrame(64, 4), txFrame(65, 5)}
+	burst := []link.TxFrame{txFrame(60, 0), txFrame(61, 1), txFrame(62, 2), txFrame(63, 3), txFrame(64, 4), txFrame(65, 5)}
 
 	n, err := qa.WriteBurst(burst)
 	require.NoError(t, err)
@@ -114,17 +115,17 @@ func TestPipeRingFull(t *testing.T) {
 }
 
 func TestPipeOversizedFrame(t *testing.T) {
-	a, _ := linktest.Pipe(linktest.PipeConfig{MTU: 100})
-	n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{txFrame(114, 0), txFrame(115, 0)})
+	a, _ := pipe.New(pipe.Config{MTU: 100})
+	n, err := a.Queues()[0].WriteBurst([]link.TxFrame{txFrame(114, 0), txFrame(115, 0)})
 	assert.Error(t, err)
 	assert.Equal(t, 1, n, "frames before the oversized one are accepted")
 }
 
 func TestPipePeerClosed(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{RingSize: 1})
+	a, b := pipe.New(pipe.Config{RingSize: 1})
 	require.NoError(t, b.Close())
 	for range 3 {
-		n, err := a.Queues()[0].WriteBurst([]polarnet.TxFrame{txFrame(60, 0)})
+		n, err := a.Queues()[0].WriteBurst([]link.TxFrame{txFrame(60, 0)})
 		require.NoError(t, err, "the other end's Close does not close this one")
 		assert.Equal(t, 1, n, "frames to a closed end are dropped, not refused")
 	}
@@ -134,9 +135,9 @@ func TestPipePeerClosed(t *testing.T) {
 // after the first burst (AllocsPerRun's warm-up), later ones reuse its
 // buffers even though they land in other ring slots.
 func TestPipeNoAllocs(t *testing.T) {
-	a, b := linktest.Pipe(linktest.PipeConfig{MTU: 65535})
+	a, b := pipe.New(pipe.Config{MTU: 65535})
 	qa, qb := a.Queues()[0], b.Queues()[0]
-	tx := make([]polarnet.TxFrame, 32)
+	tx := make([]link.TxFrame, 32)
 	for i := range tx {
 		tx[i] = txFrame(60+i*2000, byte(i))
 	}
@@ -155,9 +156,9 @@ func TestPipeNoAllocs(t *testing.T) {
 func BenchmarkPipe(b *testing.B) {
 	for _, size := range []int{64, 1514, 65535 + 14} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
-			x, y := linktest.Pipe(linktest.PipeConfig{MTU: 65535})
+			x, y := pipe.New(pipe.Config{MTU: 65535})
 			qx, qy := x.Queues()[0], y.Queues()[0]
-			tx := make([]polarnet.TxFrame, 32)
+			tx := make([]link.TxFrame, 32)
 			for i := range tx {
 				tx[i] = txFrame(size, byte(i))
 			}
@@ -177,16 +178,16 @@ func BenchmarkPipe(b *testing.B) {
 }
 
 // txFrame returns a frame of size bytes filled with fill, in two segments.
-func txFrame(size int, fill byte) polarnet.TxFrame {
+func txFrame(size int, fill byte) link.TxFrame {
 	f := make([]byte, size)
 	for i := range f {
 		f[i] = fill
 	}
-	return polarnet.TxFrame{Segs: [][]byte{f[:14], f[14:]}}
+	return link.TxFrame{Segs: [][]byte{f[:14], f[14:]}}
 }
 
-func rxFrames(n, size int) []polarnet.RxFrame {
-	frames := make([]polarnet.RxFrame, n)
+func rxFrames(n, size int) []link.RxFrame {
+	frames := make([]link.RxFrame, n)
 	for i := range frames {
 		frames[i].Buf = make([]byte, size)
 	}

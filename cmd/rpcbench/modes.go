@@ -11,8 +11,7 @@ import (
 	"strconv"
 
 	"github.com/polarnet/polarnet/internal/netns"
-	"github.com/polarnet/polarnet/internal/taptopo"
-	"github.com/polarnet/polarnet/link/linktest"
+	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -22,7 +21,7 @@ import (
 //	k2k-loopback  kernel ↔ kernel over lo (in a namespace of its own as root)
 //	p2k-tap       polarnet client on a TAP device ↔ kernel server in a namespace
 //	k2p-tap       kernel client in a namespace ↔ polarnet server on a TAP device
-//	p2p-pipe      polarnet ↔ polarnet over linktest.Pipe, one process, no kernel
+//	p2p-pipe      polarnet ↔ polarnet over pipe.New, one process, no kernel
 //	vanilla-pipe  gVisor with gonet ↔ the same, over the same pipe (baseline)
 type modeDef struct {
 	name   string
@@ -43,7 +42,7 @@ var modes = map[string]*modeDef{
 	"k2p-tap":      {name: "k2p-tap", client: "kernel", server: "polarnet", link: "TAP, kernel side in a namespace", priv: true, setup: setupK2P},
 	"p2k-afxdp":    {name: "p2k-afxdp", client: "polarnet", server: "kernel", link: "AF_XDP, veth between namespaces", priv: true, setup: setupP2KAFXDP},
 	"k2p-afxdp":    {name: "k2p-afxdp", client: "kernel", server: "polarnet", link: "AF_XDP, veth between namespaces", priv: true, setup: setupK2PAFXDP},
-	"p2p-pipe":     {name: "p2p-pipe", client: "polarnet", server: "polarnet", link: "in-memory pipe (linktest.Pipe)", shared: true, setup: setupPipe},
+	"p2p-pipe":     {name: "p2p-pipe", client: "polarnet", server: "polarnet", link: "in-memory pipe (pipe.New)", shared: true, setup: setupPipe},
 	"vanilla-pipe": {name: "vanilla-pipe", client: "vanilla", server: "vanilla", link: "in-memory pipe, gonet, MTU 1500", shared: true, setup: setupPipe},
 	"p2p-memif":    {name: "p2p-memif", client: "polarnet", server: "polarnet", link: "DPDK net_memif, two processes", priv: true, setup: setupMemif}, // -tags dpdk: listed by dpdk.go
 }
@@ -53,8 +52,10 @@ var modeOrder = []string{"k2k-veth", "k2k-loopback", "p2k-tap", "k2p-tap", "p2k-
 
 func modeNames() []string { return slices.Clone(modeOrder) }
 
-// Addresses (all in 198.18.0.0/15). The TAP modes use taptopo's.
+// Addresses (all in 198.18.0.0/15).
 var (
+	tapKernel  = netip.MustParsePrefix("198.18.0.1/24")
+	tapStack   = netip.MustParsePrefix("198.18.0.2/24")
 	vethServer = netip.MustParsePrefix("198.18.1.1/24")
 	vethClient = netip.MustParsePrefix("198.18.1.2/24")
 	pipeServer = netip.MustParsePrefix("198.18.2.1/24")
@@ -133,6 +134,15 @@ func (r *runCfg) echo() io.Writer {
 	return nil
 }
 
+// plugKernelSide moves TAP device dev into ns, the kernel's end, at
+// tapKernel with the given MTU.
+func plugKernelSide(ns *netns.NS, dev string, mtu int) error {
+	if err := ns.MoveLink(dev); err != nil {
+		return err
+	}
+	return ns.Configure(dev, mtu, tapKernel)
+}
+
 // newNS creates a namespace that td deletes, tuned for many short
 // connections (crr): the full ephemeral port range and TIME_WAIT reuse.
 func (r *runCfg) newNS(td *teardown) (*netns.NS, error) {
@@ -206,10 +216,10 @@ func setupP2K(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEn
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := taptopo.PlugKernelSide(ns, cli.hello.Dev, r.mode.MTU); err != nil {
+	if err := plugKernelSide(ns, cli.hello.Dev, r.mode.MTU); err != nil {
 		return nil, nil, err
 	}
-	srv, err := r.startServer(ctx, td, ns, netKernel, netip.AddrPortFrom(taptopo.Kernel4, 0).String())
+	srv, err := r.startServer(ctx, td, ns, netKernel, netip.AddrPortFrom(tapKernel.Addr(), 0).String())
 	return srv, cli, err
 }
 
@@ -218,11 +228,11 @@ func setupK2P(ctx context.Context, r *runCfg, td *teardown) (serverEnd, clientEn
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := r.startServer(ctx, td, nil, netPolarnetTAP, netip.AddrPortFrom(taptopo.Stack4, 0).String())
+	srv, err := r.startServer(ctx, td, nil, netPolarnetTAP, netip.AddrPortFrom(tapStack.Addr(), 0).String())
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := taptopo.PlugKernelSide(ns, srv.hello.Dev, r.mode.MTU); err != nil {
+	if err := plugKernelSide(ns, srv.hello.Dev, r.mode.MTU); err != nil {
 		return nil, nil, err
 	}
 	cli, err := r.startClient(ctx, td, ns, netKernel, true)
@@ -255,7 +265,7 @@ type pipePair struct {
 // queues (so polarnet shards), a server on one and a client for test on the
 // other; ackOff turns polarnet's ACK filter off.
 func openPipePair(mode string, mtu, ring, queues int, poll polarnet.PollMode, ackOff bool, test testSpec) (*pipePair, error) {
-	open := func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
+	open := func(l *pipe.Link, addr netip.Prefix) (*netEnd, error) {
 		st, err := polarnet.New(polarnet.Config{Link: l, Addrs: []netip.Prefix{addr}, Poll: poll, ACK: polarnet.ACKConfig{DisableFilter: ackOff}})
 		if err != nil {
 			return nil, err
@@ -266,7 +276,7 @@ func openPipePair(mode string, mtu, ring, queues int, poll polarnet.PollMode, ac
 	case "p2p-pipe":
 	case "vanilla-pipe":
 		mtu = vanillaMTU
-		open = func(l *linktest.PipeLink, addr netip.Prefix) (*netEnd, error) {
+		open = func(l *pipe.Link, addr netip.Prefix) (*netEnd, error) {
 			v, err := newVanillaStack(l, addr)
 			if err != nil {
 				return nil, err
@@ -278,7 +288,7 @@ func openPipePair(mode string, mtu, ring, queues int, poll polarnet.PollMode, ac
 	}
 	// Each stack owns (and closes) its end of the pipe, also when building
 	// it fails.
-	a, b := linktest.Pipe(linktest.PipeConfig{MTU: mtu, RingSize: ring, Queues: queues})
+	a, b := pipe.New(pipe.Config{MTU: mtu, RingSize: ring, Queues: queues})
 	p := &pipePair{}
 	var err error
 	if p.srvNet, err = open(b, pipeServer); err != nil {

@@ -1,4 +1,4 @@
-package netns
+package testenv
 
 import (
 	"bufio"
@@ -11,8 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
-	"github.com/polarnet/polarnet/internal/testenv"
+	"github.com/polarnet/polarnet/internal/netns"
 )
 
 // cleanupWait bounds how long the kernel may take to destroy the interfaces
@@ -20,21 +21,21 @@ import (
 const cleanupWait = 5 * time.Second
 
 func TestUniqueName(t *testing.T) {
-	a, b := UniqueName("pnv"), UniqueName("pnv")
+	a, b := netns.UniqueName("pnv"), netns.UniqueName("pnv")
 	assert.NotEqual(t, a, b)
-	for _, name := range []string{a, b, UniqueName("123456789"), UniqueName("")} {
-		assert.LessOrEqual(t, len(name), maxIfName, name)
+	for _, name := range []string{a, b, netns.UniqueName("123456789"), netns.UniqueName("")} {
+		assert.LessOrEqual(t, len(name), unix.IFNAMSIZ-1, name)
 	}
 	assert.True(t, strings.HasPrefix(a, "pnv"))
-	assert.Panics(t, func() { UniqueName("1234567890") })
+	assert.Panics(t, func() { netns.UniqueName("1234567890") })
 }
 
 func TestNewCleansUp(t *testing.T) {
 	requirePriv(t)
-	var ns *NS
+	var ns *netns.NS
 	t.Run("create", func(t *testing.T) {
-		ns = New(t)
-		assert.LessOrEqual(t, len(ns.Name), maxIfName)
+		ns = NewNS(t)
+		assert.LessOrEqual(t, len(ns.Name), unix.IFNAMSIZ-1)
 		assert.Contains(t, namespaces(t), ns.Name)
 		out, err := ns.Exec("ip", "-o", "link", "show", "dev", "lo")
 		require.NoError(t, err)
@@ -50,12 +51,12 @@ func TestNewCleansUp(t *testing.T) {
 func TestCleanupOnAbort(t *testing.T) {
 	requirePriv(t)
 	var (
-		ns   *NS
-		a, b = UniqueName("pnt"), UniqueName("pnt")
+		ns   *netns.NS
+		a, b = netns.UniqueName("pnt"), netns.UniqueName("pnt")
 		cmd  *exec.Cmd
 	)
 	t.Run("abort", func(t *testing.T) {
-		ns = New(t)
+		ns = NewNS(t)
 		Veth(t, a, b)
 		require.NoError(t, ns.MoveLink(b))
 		// ip netns exec execs the command, so cmd.Process is sleep.
@@ -83,11 +84,11 @@ func TestCleanupOnAbort(t *testing.T) {
 func TestVethTCP(t *testing.T) {
 	requirePriv(t)
 	var (
-		ns1, ns2 *NS
-		a, b     = UniqueName("pnt"), UniqueName("pnt")
+		ns1, ns2 *netns.NS
+		a, b     = netns.UniqueName("pnt"), netns.UniqueName("pnt")
 	)
 	t.Run("connect", func(t *testing.T) {
-		ns1, ns2 = New(t), New(t)
+		ns1, ns2 = NewNS(t), NewNS(t)
 		Veth(t, a, b)
 		_, err := net.InterfaceByName(a)
 		require.NoError(t, err, "Veth creates the pair in the current namespace")
@@ -147,16 +148,16 @@ func TestVethTCP(t *testing.T) {
 }
 
 func TestDoReturnsError(t *testing.T) {
-	ns := New(t)
+	ns := NewNS(t)
 	want := errors.New("from fn")
 	assert.ErrorIs(t, ns.Do(func() error { return want }), want)
 
-	gone := &NS{Name: "pn-nonexistent"}
+	gone := &netns.NS{Name: "pn-nonexistent"}
 	assert.Error(t, gone.Do(func() error { return nil }))
 }
 
 func TestExecReportsOutput(t *testing.T) {
-	ns := New(t)
+	ns := NewNS(t)
 	_, err := ns.Exec("ip", "link", "show", "dev", "pn-missing")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "pn-missing")
@@ -166,17 +167,17 @@ func TestExecReportsOutput(t *testing.T) {
 // subtest left behind: the subtest alone would skip, leaving nothing to check.
 func requirePriv(t *testing.T) {
 	t.Helper()
-	testenv.RequirePriv(t)
-	testenv.RequireCommand(t, "ip")
+	RequirePriv(t)
+	RequireCommand(t, "ip")
 }
 
 // namespaces lists the named network namespaces.
 func namespaces(t *testing.T) []string {
 	t.Helper()
-	out, err := output("ip", "netns", "list")
+	out, err := exec.Command("ip", "netns", "list").Output()
 	require.NoError(t, err)
 	var names []string
-	for line := range strings.Lines(out) {
+	for line := range strings.Lines(string(out)) {
 		if f := strings.Fields(line); len(f) > 0 {
 			names = append(names, f[0])
 		}

@@ -1,0 +1,77 @@
+package polarnet
+
+import (
+	"reflect"
+	"strings"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+)
+
+// ProtocolCounter is one of gVisor's protocol counters (a counter of its
+// tcpip.Stats), summed over the shards, in a type of polarnet's own so that
+// exporters need not import gVisor.
+type ProtocolCounter struct {
+	// Path is the counter's dotted path in tcpip.Stats: "TCP.Retransmits".
+	Path string
+	// Gauge marks counters gVisor also decrements (TCP.CurrentEstablished,
+	// TCP.CurrentConnected): a level, not a count. A transient negative
+	// level wraps around in Value; read it as an int64.
+	Gauge bool
+	Value uint64
+}
+
+// protocolLeaf locates one counter in tcpip.Stats.
+type protocolLeaf struct {
+	ProtocolCounter
+	index []int // field indices from tcpip.Stats
+}
+
+var protocolLeaves = sync.OnceValue(func() []protocolLeaf {
+	var out []protocolLeaf
+	var walk func(t reflect.Type, path []string, index []int)
+	walk = func(t reflect.Type, path []string, index []int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			p := append(append([]string(nil), path...), f.Name)
+			idx := append(append([]int(nil), index...), i)
+			switch {
+			case f.Type == statCounterType:
+				c := ProtocolCounter{Path: strings.Join(p, "."), Gauge: strings.HasPrefix(f.Name, "Current")}
+				out = append(out, protocolLeaf{ProtocolCounter: c, index: idx})
+			case f.Type.Kind() == reflect.Struct:
+				walk(f.Type, p, idx)
+			}
+		}
+	}
+	walk(reflect.TypeFor[tcpip.Stats](), nil, nil)
+	return out
+})
+
+// ProtocolCatalogue returns every counter Stack.ProtocolCounters reports, in
+// its order, with Value zero: what exporters describe before they collect.
+func ProtocolCatalogue() []ProtocolCounter {
+	leaves := protocolLeaves()
+	out := make([]ProtocolCounter, len(leaves))
+	for i, l := range leaves {
+		out[i] = l.ProtocolCounter
+	}
+	return out
+}
+
+// ProtocolCounters returns gVisor's protocol counters summed over the
+// shards, in the order of ProtocolCatalogue: a snapshot.
+func (s *Stack) ProtocolCounters() []ProtocolCounter {
+	total := s.ProtocolStatsTotal()
+	v := reflect.ValueOf(&total).Elem()
+	out := ProtocolCatalogue()
+	for i, l := range protocolLeaves() {
+		if c, _ := v.FieldByIndex(l.index).Interface().(*tcpip.StatCounter); c != nil {
+			out[i].Value = c.Value()
+		}
+	}
+	return out
+}
