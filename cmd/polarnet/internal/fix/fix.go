@@ -95,10 +95,10 @@ func run(pass *analysis.Pass) (any, error) {
 		if ast.IsGenerated(f) {
 			continue
 		}
-		fx := &fileFix{pass: pass, file: f, parents: parents(f)}
-		if fx.netName = importedName(f, "net"); fx.netName != "" {
-			fx.walk()
-		}
+		// Every file: one need not import net to build an http.Transport
+		// or to call File on a conn another package returned.
+		fx := &fileFix{pass: pass, file: f, parents: parents(f), importsNet: importedName(f, "net") != ""}
+		fx.walk()
 		fx.emit()
 	}
 	return nil, nil
@@ -115,11 +115,11 @@ type rewrite struct {
 }
 
 type fileFix struct {
-	pass     *analysis.Pass
-	file     *ast.File
-	parents  map[ast.Node]ast.Node
-	netName  string
-	rewrites []rewrite
+	pass       *analysis.Pass
+	file       *ast.File
+	parents    map[ast.Node]ast.Node
+	importsNet bool
+	rewrites   []rewrite
 }
 
 func (fx *fileFix) walk() {
@@ -515,7 +515,7 @@ func (fx *fileFix) emit() {
 	for _, r := range fx.rewrites {
 		removed += r.netUses
 	}
-	if removed == fx.netUses() {
+	if fx.importsNet && removed == fx.netUses() {
 		importEdits = append(importEdits, fx.deleteImport("net"))
 	}
 	for _, r := range fx.rewrites {
