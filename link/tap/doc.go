@@ -31,13 +31,4 @@
 // readv or writev per frame, back to back; WaitRead parks the goroutine in
 // the Go netpoller, never in a blocking system call, so a poller waiting for
 // frames holds no thread or P of the Go runtime.
-//
-// # Overload
-//
-// The kernel queues frames for the link in a ring of txqueuelen frames and
-// drops what arrives while it is full. Once the poller has fallen behind
-// (bursts come back full, one after another), ReadBurst admits only a few
-// TCP connection requests (SYN without ACK) per burst and discards the
-// rest, counted in RxRingFull: under a SYN flood the ring drains and the
-// established connections keep their frames.
 package tap

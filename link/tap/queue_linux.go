@@ -1,7 +1,6 @@
 package tap
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -38,9 +37,6 @@ type queue struct {
 	interrupted atomic.Bool
 
 	rx rxState
-	// shed counts the SYNs ReadBurst discarded while backlogged; LinkStats
-	// reads it from any goroutine.
-	shed atomic.Uint64
 	// The poller writes rx, another goroutine may write tx.
 	_  cpu.CacheLinePad
 	tx txState
@@ -61,9 +57,6 @@ type rxState struct {
 	iov       [2]unix.Iovec // header, frame
 	polled    bool          // waitFn has made its non-blocking check
 	pollFd    [1]unix.PollFd
-	// full counts the bursts in a row that filled frames, the device still
-	// holding more: backlogBursts of them and the queue is backlogged.
-	full int
 }
 
 // txState is WriteBurst's, used by one goroutine at a time.
@@ -101,30 +94,8 @@ func newQueue(l *Link, index, fd, waitFd int) *queue {
 	return q
 }
 
-// Overload policy of ReadBurst. The device's queue towards the link is a
-// FIFO of txqueuelen frames that drops what arrives when it is full, so a
-// SYN flood the engine cannot keep up with (every SYN costs it a SYN
-// cookie and a SYN-ACK) fills it and drops the frames of established
-// connections with the flood's: their peers time out, back off, and the
-// connections starve. Once the poller has fallen behind, ReadBurst admits
-// only a few SYNs a burst and discards the others at the cost of a read:
-// the queue drains faster than a flood fills it, established connections
-// keep their frames, and a dropped SYN costs its sender a retransmission,
-// as a SYN queue overflow would.
-const (
-	// backlogBursts is how many full bursts in a row mark the queue as
-	// backlogged: the device kept frames pending through all of them.
-	backlogBursts = 4
-	// synBudget is how many SYNs a burst admits while backlogged.
-	synBudget = 2
-	// shedLimit bounds the SYNs one burst discards, so that the poller
-	// gets back to its timers and TX flush.
-	shedLimit = 512
-)
-
 // ReadBurst reads frames until none is pending or frames is full. Frames
-// larger than link.Info.RxFrameSize, which the kernel truncates, are dropped,
-// and so are SYNs beyond synBudget while backlogged (see backlogBursts).
+// larger than link.Info.RxFrameSize, which the kernel truncates, are dropped.
 func (q *queue) ReadBurst(frames []link.RxFrame) (int, error) {
 	r := &q.rx
 	r.frames, r.n, r.err = frames, 0, nil
@@ -143,10 +114,7 @@ func (q *queue) readFrames(fd uintptr) bool {
 	if !q.vnet {
 		iov, hdrLen = r.iov[1:], 0
 	}
-	backlogged := r.full >= backlogBursts
-	syns, shed := 0, 0
-	drained := false
-	for r.n < len(r.frames) && shed < shedLimit {
+	for r.n < len(r.frames) {
 		f := &r.frames[r.n]
 		if cap(f.Buf) < r.frameSize {
 			r.err = fmt.Errorf("tap: %s: receive buffer of %d bytes, the link needs %d", q.link.info.Name, cap(f.Buf), r.frameSize)
@@ -157,7 +125,6 @@ func (q *queue) readFrames(fd uintptr) bool {
 		r.iov[1].SetLen(len(buf))
 		n, errno := iovecSyscall(unix.SYS_READV, fd, iov)
 		if errno == unix.EAGAIN {
-			drained = true
 			break
 		}
 		if errno != 0 {
@@ -168,13 +135,6 @@ func (q *queue) readFrames(fd uintptr) bool {
 		if n < 0 || n > len(buf) {
 			continue // did not fit: readv returns the untruncated length
 		}
-		if backlogged && pureSYN(buf[:n]) {
-			if syns == synBudget {
-				shed++
-				continue
-			}
-			syns++
-		}
 		f.Len = n
 		f.ChecksumValid = false
 		if q.vnet {
@@ -183,45 +143,7 @@ func (q *queue) readFrames(fd uintptr) bool {
 		}
 		r.n++
 	}
-	q.shed.Add(uint64(shed))
-	if drained || r.err != nil {
-		r.full = 0
-	} else {
-		r.full++
-	}
 	return true
-}
-
-// pureSYN reports whether frame is a TCP segment with SYN set and ACK
-// clear: a connection request, over IPv4 (not a fragment) or over IPv6
-// without extension headers.
-func pureSYN(frame []byte) bool {
-	const (
-		eth     = 14
-		tcpFlag = 13 // offset of the flags in the TCP header
-		syn     = 0x02
-		ack     = 0x10
-	)
-	if len(frame) < eth+20 {
-		return false
-	}
-	ip := frame[eth:]
-	var l4 int
-	switch binary.BigEndian.Uint16(frame[12:]) {
-	case unix.ETH_P_IP:
-		if ip[9] != unix.IPPROTO_TCP || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return false
-		}
-		l4 = int(ip[0]&0x0f) * 4
-	case unix.ETH_P_IPV6:
-		if len(ip) < 40 || ip[6] != unix.IPPROTO_TCP {
-			return false
-		}
-		l4 = 40
-	default:
-		return false
-	}
-	return len(ip) > l4+tcpFlag && ip[l4+tcpFlag]&(syn|ack) == syn
 }
 
 // WriteBurst writes frames, one writev each, until the kernel refuses one.

@@ -25,8 +25,7 @@ var _ link.Statser = (*Link)(nil)
 //     (the device's tx_packets, tx_bytes);
 //   - RxRingFull: frames the kernel dropped on their way to the link
 //     (tx_dropped), almost always because a queue's ring, txqueuelen frames
-//     long, was full, and the SYNs the link discarded while its queues were
-//     backlogged (see synBudget): the poller fell behind;
+//     long, was full: the poller fell behind;
 //   - TxFrames, TxBytes: frames the link wrote (rx_packets, rx_bytes);
 //   - TxDropped: frames the link wrote that the kernel dropped
 //     (rx_dropped, and rx_frame_errors for malformed ones).
@@ -44,15 +43,11 @@ func (l *Link) LinkStats() []link.QueueStats {
 	if ctlErr != nil || err != nil {
 		return nil
 	}
-	var shed uint64
-	for _, q := range l.queues {
-		shed += q.(*queue).shed.Load()
-	}
 	return []link.QueueStats{{
 		Queue:      -1,
 		RxFrames:   st[statTxPackets],
 		RxBytes:    st[statTxBytes],
-		RxRingFull: st[statTxDropped] + shed,
+		RxRingFull: st[statTxDropped],
 		TxFrames:   st[statRxPackets],
 		TxBytes:    st[statRxBytes],
 		TxDropped:  st[statRxDropped] + st[statRxFrameErrors],
