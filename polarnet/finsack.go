@@ -37,43 +37,53 @@ type finSACK struct {
 	// closing counts the flows past their FIN, whose pure ACKs get blocks.
 	closing atomic.Int32
 
+	// The flows, keyed as on the segments we send: open, those that
+	// negotiated SACK and have not sent their FIN; watched, the others.
 	mu        sync.Mutex
-	flows     map[flowKey]*sackFlow // keyed as on the segments we send
-	nextSweep int64                 // when expired flows are next looked for
+	open      map[flowKey]struct{}
+	watched   map[flowKey]*sackFlow
+	nextSweep int64 // when silent flows are next looked for
 }
 
-// sackFlow is what finSACK knows of a flow.
+// sackFlow is what finSACK knows of a watched flow.
 type sackFlow struct {
-	state sackState
-	seen  int64        // last segment of a watched flow (shard clock)
-	ack   seqnum.Value // the cumulative ACK last sent (closing)
+	closing bool         // past our FIN; else our SYN awaits a SYN-ACK
+	seen    int64        // its last segment (shard clock)
+	ack     seqnum.Value // the cumulative ACK last sent (closing)
 	// finAck, once peerFIN, is the ACK number that acknowledges the
 	// peer's FIN.
 	finAck  seqnum.Value
 	peerFIN bool
-	blocks  [header.TCPMaxSACKBlocks]header.SACKBlock // most recent first
-	n       int
+	// blocks are the data received above ack, most recent first (closing).
+	blocks []sackRange
 }
 
-type sackState uint8
+// sackRange is a block of data received above the cumulative ACK.
+type sackRange struct {
+	header.SACKBlock
+	// reported: sent in an ACK since the block last grew. A burst of
+	// frames reaches the stack before any of its ACKs leaves, so the ACKs
+	// it triggers all see the same blocks: those not yet reported go
+	// first, or more blocks than an ACK holds would never be reported.
+	reported bool
+}
 
-const (
-	sackSynSent sackState = iota // our SYN offered SACK; the SYN-ACK is awaited
-	sackOpen                     // SACK negotiated, no FIN sent yet
-	sackClosing                  // our FIN sent from FIN_WAIT_1: blocks are kept
-)
+// maxFlowBlocks is how many blocks a flow keeps: as many holes as an RX
+// burst can open, all recorded before gVisor acknowledges any of them.
+const maxFlowBlocks = rxBurstSize
 
 const (
 	// finSACKIdle is how long a watched flow may stay silent before it is
 	// forgotten: gVisor's FIN_WAIT_2 timeout, and well past any SYN-ACK.
 	finSACKIdle = time.Minute
-	// maxSACKFlows bounds the flows known; past it, those without a FIN
-	// yet are forgotten (they keep gVisor's behaviour).
+	// maxSACKFlows bounds the open flows, and the watched ones; past it,
+	// the open flows are forgotten (and keep gVisor's behaviour), or a flow
+	// is not watched.
 	maxSACKFlows = 1 << 16
 )
 
 func newFinSACK() *finSACK {
-	return &finSACK{flows: make(map[flowKey]*sackFlow)}
+	return &finSACK{open: make(map[flowKey]struct{}), watched: make(map[flowKey]*sackFlow)}
 }
 
 // concerns reports whether an outgoing segment must go through sent: a SYN,
@@ -89,29 +99,28 @@ func (f *finSACK) concerns(s *segment) bool {
 func (f *finSACK) sent(s *segment, proto tcpip.NetworkProtocolNumber, now int64, finWait1 func(tcpip.NetworkProtocolNumber, flowKey) bool, out []header.SACKBlock) []header.SACKBlock {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fl := f.flows[s.flow]
+	fl := f.watched[s.flow]
 	switch {
 	case s.flags&header.TCPFlagRst != 0:
+		delete(f.open, s.flow)
 		f.forget(s.flow, fl)
 	case s.flags&header.TCPFlagSyn != 0:
 		opts := header.TCP(s.transport)
-		if fl != nil || !header.ParseSynOptions(opts[header.TCPMinimumSize:opts.DataOffset()], s.flags&header.TCPFlagAck != 0).SACKPermitted {
+		if !header.ParseSynOptions(opts[header.TCPMinimumSize:opts.DataOffset()], s.flags&header.TCPFlagAck != 0).SACKPermitted {
 			break
 		}
-		// gVisor offers SACK in a SYN-ACK only to a SYN that did.
-		state := sackOpen
-		if s.flags&header.TCPFlagAck == 0 {
-			state = sackSynSent
+		if s.flags&header.TCPFlagAck != 0 {
+			// gVisor offers SACK in a SYN-ACK only to a SYN that did.
+			f.opened(s.flow)
+		} else if fl == nil {
+			f.watch(s.flow, &sackFlow{seen: now}, now)
 		}
-		f.add(s.flow, &sackFlow{state: state, seen: now}, now)
 	case fl == nil:
-	case fl.state == sackOpen && s.flags&header.TCPFlagFin != 0:
-		if finWait1(proto, s.flow) {
-			fl.state, fl.seen, fl.ack = sackClosing, now, s.ack
-			f.watching.Add(1)
-			f.closing.Add(1)
+		if _, ok := f.open[s.flow]; ok && s.flags&header.TCPFlagFin != 0 && finWait1(proto, s.flow) {
+			delete(f.open, s.flow)
+			f.watch(s.flow, &sackFlow{closing: true, seen: now, ack: s.ack, blocks: make([]sackRange, 0, maxFlowBlocks)}, now)
 		}
-	case fl.state == sackClosing && s.flags&header.TCPFlagAck != 0:
+	case fl.closing && s.flags&header.TCPFlagAck != 0:
 		fl.seen = now
 		if fl.peerFIN && !s.ack.LessThan(fl.finAck) {
 			f.forget(s.flow, fl)
@@ -119,7 +128,9 @@ func (f *finSACK) sent(s *segment, proto tcpip.NetworkProtocolNumber, now int64,
 		}
 		fl.acked(s.ack)
 		if s.pureACK() {
-			out = append(out, fl.blocks[:fl.n]...)
+			th := header.TCP(s.transport)
+			// Two NOPs align the blocks, as gVisor and Linux do.
+			out = fl.report(out, (header.TCPHeaderMaximumSize-int(th.DataOffset())-4)/8)
 		}
 	}
 	return out
@@ -155,22 +166,20 @@ func (f *finSACK) received(ethType tcpip.NetworkProtocolNumber, pkt []byte, now 
 	if now >= f.nextSweep {
 		f.sweep(now)
 	}
-	fl := f.flows[key]
+	fl := f.watched[key]
 	switch {
-	case fl == nil || fl.state == sackOpen:
+	case fl == nil:
 	case th.Flags()&header.TCPFlagRst != 0:
 		f.forget(key, fl)
-	case fl.state == sackSynSent:
+	case !fl.closing:
 		if th.Flags()&(header.TCPFlagSyn|header.TCPFlagAck) != header.TCPFlagSyn|header.TCPFlagAck {
 			break
 		}
-		if !header.ParseSynOptions(th[header.TCPMinimumSize:th.DataOffset()], true).SACKPermitted {
-			f.forget(key, fl)
-			break
+		f.forget(key, fl)
+		if header.ParseSynOptions(th[header.TCPMinimumSize:th.DataOffset()], true).SACKPermitted {
+			f.opened(key)
 		}
-		fl.state = sackOpen
-		f.watching.Add(-1)
-	default: // closing
+	default:
 		fl.seen = now
 		seq := seqnum.Value(th.SequenceNumber())
 		if th.Flags()&header.TCPFlagFin != 0 {
@@ -186,9 +195,8 @@ func (f *finSACK) received(ethType tcpip.NetworkProtocolNumber, pkt []byte, now 
 // recent: it merges with the blocks it overlaps or touches, and the oldest
 // block goes when there are too many.
 func (fl *sackFlow) received(b header.SACKBlock) {
-	kept := fl.blocks
-	n := 0
-	for _, o := range kept[:fl.n] {
+	kept := fl.blocks[:0]
+	for _, o := range fl.blocks {
 		if o.Start.LessThanEq(b.End) && b.Start.LessThanEq(o.End) {
 			if o.Start.LessThan(b.Start) {
 				b.Start = o.Start
@@ -198,11 +206,15 @@ func (fl *sackFlow) received(b header.SACKBlock) {
 			}
 			continue
 		}
-		kept[n] = o
-		n++
+		kept = append(kept, o)
 	}
-	fl.blocks[0] = b
-	fl.n = 1 + copy(fl.blocks[1:], kept[:n])
+	if len(kept) == cap(kept) {
+		kept = kept[:len(kept)-1]
+	}
+	kept = append(kept, sackRange{})
+	copy(kept[1:], kept)
+	kept[0] = sackRange{SACKBlock: b}
+	fl.blocks = kept
 }
 
 // acked notes a cumulative ACK sent: the blocks it reaches are dropped.
@@ -210,46 +222,73 @@ func (fl *sackFlow) acked(ack seqnum.Value) {
 	if fl.ack.LessThan(ack) {
 		fl.ack = ack
 	}
-	n := 0
-	for _, b := range fl.blocks[:fl.n] {
+	kept := fl.blocks[:0]
+	for _, b := range fl.blocks {
 		if fl.ack.LessThan(b.Start) {
-			fl.blocks[n] = b
-			n++
+			kept = append(kept, b)
 		}
 	}
-	fl.n = n
+	fl.blocks = kept
 }
 
-// add records a new flow; f.mu is held.
-func (f *finSACK) add(key flowKey, fl *sackFlow, now int64) {
-	if len(f.flows) >= maxSACKFlows {
-		f.sweep(now)
-		for k, o := range f.flows {
-			if o.state == sackOpen {
-				delete(f.flows, k)
+// report appends up to room blocks to out for an ACK (RFC 2018 section 4):
+// the most recent, and those not yet reported before the others; in the
+// order they were received, the most recent first.
+func (fl *sackFlow) report(out []header.SACKBlock, room int) []header.SACKBlock {
+	if len(fl.blocks) == 0 || room <= 0 {
+		return out
+	}
+	var picked [maxFlowBlocks]bool
+	picked[0] = true
+	n := 1
+	for _, reported := range [...]bool{false, true} {
+		for i := 1; i < len(fl.blocks) && n < room; i++ {
+			if !picked[i] && fl.blocks[i].reported == reported {
+				picked[i] = true
+				n++
 			}
 		}
-		if len(f.flows) >= maxSACKFlows {
+	}
+	for i := range fl.blocks {
+		if picked[i] {
+			out = append(out, fl.blocks[i].SACKBlock)
+			fl.blocks[i].reported = true
+		}
+	}
+	return out
+}
+
+// opened records a flow that negotiated SACK; f.mu is held.
+func (f *finSACK) opened(key flowKey) {
+	if len(f.open) >= maxSACKFlows {
+		clear(f.open)
+	}
+	f.open[key] = struct{}{}
+}
+
+// watch starts watching a flow; f.mu is held.
+func (f *finSACK) watch(key flowKey, fl *sackFlow, now int64) {
+	if len(f.watched) >= maxSACKFlows {
+		f.sweep(now)
+		if len(f.watched) >= maxSACKFlows {
 			return
 		}
 	}
-	f.flows[key] = fl
-	if fl.state == sackSynSent {
-		f.watching.Add(1)
+	f.watched[key] = fl
+	f.watching.Add(1)
+	if fl.closing {
+		f.closing.Add(1)
 	}
 }
 
-// forget drops a flow (fl may be nil); f.mu is held.
+// forget stops watching a flow (fl may be nil); f.mu is held.
 func (f *finSACK) forget(key flowKey, fl *sackFlow) {
 	if fl == nil {
 		return
 	}
-	delete(f.flows, key)
-	switch fl.state {
-	case sackSynSent:
-		f.watching.Add(-1)
-	case sackClosing:
-		f.watching.Add(-1)
+	delete(f.watched, key)
+	f.watching.Add(-1)
+	if fl.closing {
 		f.closing.Add(-1)
 	}
 }
@@ -257,8 +296,8 @@ func (f *finSACK) forget(key flowKey, fl *sackFlow) {
 // sweep forgets the watched flows silent for finSACKIdle; f.mu is held.
 func (f *finSACK) sweep(now int64) {
 	f.nextSweep = now + int64(finSACKIdle)
-	for k, fl := range f.flows {
-		if fl.state != sackOpen && time.Duration(now-fl.seen) >= finSACKIdle {
+	for k, fl := range f.watched {
+		if time.Duration(now-fl.seen) >= finSACKIdle {
 			f.forget(k, fl)
 		}
 	}
@@ -281,7 +320,6 @@ func finWait1(st *stack.Stack, proto tcpip.NetworkProtocolNumber, flow flowKey) 
 func withSACK(eth []byte, s *segment, blocks []header.SACKBlock, proto tcpip.NetworkProtocolNumber, full bool) []byte {
 	th := header.TCP(s.transport)
 	hl := int(th.DataOffset())
-	// Two NOPs align the blocks, as gVisor and Linux do.
 	k := min(len(blocks), (header.TCPHeaderMaximumSize-hl-4)/8)
 	if k <= 0 {
 		return nil

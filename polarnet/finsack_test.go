@@ -10,6 +10,7 @@ import (
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/polarnet/polarnet/internal/frame"
@@ -188,6 +189,24 @@ func TestFinSACKFourBlocksWithoutTimestamps(t *testing.T) {
 	assert.Equal(t, sackOption([2]uint32{6000, 6010}, [2]uint32{5000, 5010}, [2]uint32{4000, 4010}, [2]uint32{3000, 3010}), c.ack(1000))
 }
 
+// TestFinSACKReportsEveryBlock receives a burst that opens more holes than
+// an ACK reports, before any ACK leaves: the ACKs that follow report the
+// blocks not reported yet after the most recent one.
+func TestFinSACKReportsEveryBlock(t *testing.T) {
+	c := newSACKConn(t, 0, false)
+	c.timestamp = true
+	c.handshake(sackPermitted, sackPermitted, 1000)
+	for _, seq := range []uint32{2000, 3000, 4000, 5000, 6000} {
+		c.receive(frame.FlagACK, seq, 10, nil)
+	}
+	b := func(seq uint32) [2]uint32 { return [2]uint32{seq, seq + 10} }
+	assert.Equal(t, append(timestamps, sackOption(b(6000), b(5000), b(4000))...), c.ack(1000))
+	assert.Equal(t, append(timestamps, sackOption(b(6000), b(3000), b(2000))...), c.ack(1000))
+	assert.Equal(t, append(timestamps, sackOption(b(6000), b(5000), b(4000))...), c.ack(1000))
+	c.receive(frame.FlagACK, 4010, 10, nil) // grows a reported block
+	assert.Equal(t, append(timestamps, sackOption([2]uint32{4000, 4020}, b(6000), b(5000))...), c.ack(1000))
+}
+
 func TestFinSACKForgets(t *testing.T) {
 	t.Run("peer FIN acknowledged", func(t *testing.T) {
 		c := newSACKConn(t, 0, false)
@@ -197,21 +216,21 @@ func TestFinSACKForgets(t *testing.T) {
 		c.ack(2101)
 		assert.Zero(t, c.q.sacks.closing.Load())
 		assert.Zero(t, c.q.sacks.watching.Load())
-		assert.Empty(t, c.q.sacks.flows)
+		assert.Empty(t, c.q.sacks.watched)
 	})
 	t.Run("reset received", func(t *testing.T) {
 		c := newSACKConn(t, 0, false)
 		c.handshake(sackPermitted, sackPermitted, 1000)
 		c.receive(frame.FlagRST, 1000, 0, nil)
 		assert.Zero(t, c.q.sacks.closing.Load())
-		assert.Empty(t, c.q.sacks.flows)
+		assert.Empty(t, c.q.sacks.watched)
 	})
 	t.Run("reset sent", func(t *testing.T) {
 		c := newSACKConn(t, 0, false)
 		c.handshake(sackPermitted, sackPermitted, 1000)
 		c.send(frame.FlagRST|frame.FlagACK, 1000, nil)
 		assert.Zero(t, c.q.sacks.watching.Load())
-		assert.Empty(t, c.q.sacks.flows)
+		assert.Empty(t, c.q.sacks.watched)
 	})
 	t.Run("silent", func(t *testing.T) {
 		c := newSACKConn(t, 0, false)
@@ -220,7 +239,7 @@ func TestFinSACKForgets(t *testing.T) {
 		c.q.sacks.sweep(c.q.clock.now() + int64(finSACKIdle))
 		c.q.sacks.mu.Unlock()
 		assert.Zero(t, c.q.sacks.watching.Load())
-		assert.Empty(t, c.q.sacks.flows)
+		assert.Empty(t, c.q.sacks.watched)
 	})
 }
 
@@ -238,7 +257,8 @@ func TestFinSACKOnlyWhenNegotiated(t *testing.T) {
 			c.receive(frame.FlagACK, 2000, 100, nil)
 			assert.Empty(t, c.ack(1000))
 			assert.Zero(t, c.q.sacks.watching.Load())
-			assert.Empty(t, c.q.sacks.flows)
+			assert.Empty(t, c.q.sacks.watched)
+			assert.Empty(t, c.q.sacks.open)
 		})
 	}
 	t.Run("passive open", func(t *testing.T) {
@@ -256,4 +276,15 @@ func TestFinSACKOnlyWhenNegotiated(t *testing.T) {
 		assert.Zero(t, c.q.sacks.watching.Load())
 		assert.Zero(t, c.q.sacks.closing.Load())
 	})
+}
+
+func TestFinSACKKeepsTheMostRecentBlocks(t *testing.T) {
+	fl := &sackFlow{closing: true, ack: 1000, blocks: make([]sackRange, 0, maxFlowBlocks)}
+	for i := range maxFlowBlocks + 1 {
+		seq := seqnum.Value(2000 + 100*i)
+		fl.received(header.SACKBlock{Start: seq, End: seq + 10})
+	}
+	require.Len(t, fl.blocks, maxFlowBlocks)
+	assert.Equal(t, seqnum.Value(2000+100*maxFlowBlocks), fl.blocks[0].Start, "the most recent first")
+	assert.Equal(t, seqnum.Value(2100), fl.blocks[maxFlowBlocks-1].Start, "the oldest gone")
 }
