@@ -40,6 +40,10 @@ type segment struct {
 	window  uint16
 	payload int
 	sack    bool // carries SACK blocks
+	// frame, when set, is the whole frame with headers rebuilt to carry
+	// SACK blocks (finsack.go), sent instead of the packet's views;
+	// network and transport are then its headers.
+	frame []byte
 }
 
 // pureACK reports whether s carries nothing but an acknowledgement.

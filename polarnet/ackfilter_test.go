@@ -17,10 +17,13 @@ import (
 	"github.com/polarnet/polarnet/link"
 )
 
-// recordingQueue is a link.Queue that keeps the TCP headers of what is written.
+// recordingQueue is a link.Queue that keeps what is written: the frames,
+// their offload requests and their TCP headers.
 type recordingQueue struct {
-	mu   sync.Mutex
-	sent []header.TCP
+	mu       sync.Mutex
+	sent     []header.TCP
+	frames   [][]byte
+	offloads []link.TxOffload
 }
 
 func (r *recordingQueue) ReadBurst([]link.RxFrame) (int, error) { return 0, nil }
@@ -39,6 +42,8 @@ func (r *recordingQueue) WriteBurst(frames []link.TxFrame) (int, error) {
 			ipLen = header.IPv6MinimumSize
 		}
 		r.sent = append(r.sent, header.TCP(flat[header.EthernetMinimumSize+ipLen:]))
+		r.frames = append(r.frames, flat)
+		r.offloads = append(r.offloads, f.Offload)
 	}
 	return len(frames), nil
 }
@@ -108,7 +113,7 @@ const (
 
 // newQueue returns a TX queue writing to lq, as an awake poller's.
 func newQueue(lq link.Queue, cfg ACKConfig) *txQueue {
-	q := newTxQueue(lq, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}))
+	q := newTxQueue(lq, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}), newFinSACK(), inFinWait1)
 	q.pollerAwake.Store(true)
 	return q
 }

@@ -104,7 +104,9 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		}
 	})
 	s.clock.protocolFloor = max(cfg.TCP.MinRecoveryTimer, 0)
-	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock)
+	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock, st.sacks, func(proto tcpip.NetworkProtocolNumber, flow flowKey) bool {
+		return finWait1(s.stack, proto, flow)
+	})
 	s.meterTx()
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	if !cfg.DisableGRO {
@@ -376,6 +378,9 @@ func (s *shard) deliver(n int) {
 		if s.owner.martian(proto, frame[header.EthernetMinimumSize:]) {
 			s.stats.rxMartian.Add(1)
 			continue
+		}
+		if sacks := s.owner.sacks; sacks.watching.Load() != 0 {
+			sacks.received(proto, frame[header.EthernetMinimumSize:], s.clock.now())
 		}
 		dst := toReceiver
 		if sharded {

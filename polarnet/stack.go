@@ -28,6 +28,9 @@ type Stack struct {
 	kernelDials, kernelAccepts atomic.Uint64
 	// ownOrBroadcast: see the function of that name.
 	ownOrBroadcast []netip.Addr
+	// sacks follows the flows past their FIN, for every shard: a flow's
+	// frames may arrive on a shard other than its own (finsack.go).
+	sacks *finSACK
 
 	mu        sync.Mutex
 	closed    bool
@@ -51,7 +54,7 @@ func New(cfg Config) (*Stack, error) {
 		cfg.Link.Close()
 		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
-	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs)}
+	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs), sacks: newFinSACK()}
 	s.steerer, _ = cfg.Link.(link.Steerer)
 	for i, q := range queues {
 		sh, err := newShard(s, i, q)

@@ -74,6 +74,11 @@ type txQueue struct {
 	// ring refused, kept for the next flush.
 	sent   []int
 	unsent []bool
+
+	// sacks adds SACK blocks to the pure ACKs of flows past their FIN
+	// (finsack.go); finWait tells whether a flow is in FIN_WAIT_1.
+	sacks   *finSACK
+	finWait func(tcpip.NetworkProtocolNumber, flowKey) bool
 }
 
 // txBacklogMax bounds the packets kept for the next flush when the link's
@@ -82,7 +87,7 @@ const txBacklogMax = 4 * txBatchSize
 
 var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
-func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock) *txQueue {
+func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock, sacks *finSACK, finWait func(tcpip.NetworkProtocolNumber, flowKey) bool) *txQueue {
 	t := &txQueue{
 		queue:     q,
 		linkCaps:  caps,
@@ -101,6 +106,8 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 		sent:      make([]int, txBatchSize),
 		unsent:    make([]bool, txBatchSize),
 		history:   make(map[flowKey]flowHistory),
+		sacks:     sacks,
+		finWait:   finWait,
 	}
 	if t.filter && ack.Delay > 0 {
 		t.delay = ack.Delay
@@ -112,6 +119,9 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 // WritePacket implements stack.QueueingDiscipline.
 func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	seg := parseSegment(pkt)
+	if q.sacks.concerns(&seg) {
+		q.followSACK(pkt, &seg)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -133,6 +143,16 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		q.flushLocked()
 	}
 	return nil
+}
+
+// followSACK shows finSACK an outgoing segment and, when it has blocks for
+// it, gives the segment headers of its own that carry them.
+func (q *txQueue) followSACK(pkt *stack.PacketBuffer, seg *segment) {
+	var buf [header.TCPMaxSACKBlocks]header.SACKBlock
+	proto := pkt.NetworkProtocolNumber
+	if blocks := q.sacks.sent(seg, proto, q.clock.now(), q.finWait, buf[:0]); len(blocks) > 0 {
+		seg.frame = withSACK(pkt.LinkHeader().Slice(), seg, blocks, proto, q.linkCaps&link.CapTXChecksum == 0)
+	}
 }
 
 // Close implements stack.QueueingDiscipline.
@@ -206,15 +226,19 @@ func (q *txQueue) flushLocked() {
 			continue
 		}
 		start := len(q.iovecs)
-		vl, off := pkt.AsViewList()
-		for v := vl.Front(); v != nil; v = v.Next() {
-			b := v.AsSlice()
-			if off >= len(b) {
-				off -= len(b)
-				continue
+		if f := segs[i].frame; f != nil {
+			q.iovecs = append(q.iovecs, f)
+		} else {
+			vl, off := pkt.AsViewList()
+			for v := vl.Front(); v != nil; v = v.Next() {
+				b := v.AsSlice()
+				if off >= len(b) {
+					off -= len(b)
+					continue
+				}
+				q.iovecs = append(q.iovecs, b[off:])
+				off = 0
 			}
-			q.iovecs = append(q.iovecs, b[off:])
-			off = 0
 		}
 		frames = append(frames, link.TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt, &segs[i])})
 		sent = append(sent, i)
