@@ -30,9 +30,10 @@
 //
 // Known limit, from gVisor: with RACK (the default loss recovery), a
 // sender whose whole window was lost, then retransmitted on a timeout (a
-// carrier outage under bulk traffic), goes on at one segment per RTO until
-// everything sent before the timeout is acknowledged; TestCarrierOutage
-// says why and how it works around it.
+// carrier outage under bulk traffic), goes on at about two segments per
+// RTO until everything sent before the timeout is acknowledged;
+// TestOutage measures it against the kernel, and TestCarrierOutage says
+// why and how it works around it.
 //
 // What is proven elsewhere and not repeated here: MaxConns and the EMFILE
 // of dial and Accept (polarnet TestMaxConns), martian sources over a pipe

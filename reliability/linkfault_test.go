@@ -30,8 +30,9 @@ import (
 // flight: the first ACK after it makes RACK mark everything sent before
 // the outage lost and enter fast recovery, whose pipe estimate (SetPipe)
 // still counts all of it as in flight (the timeout cleared the SACK
-// scoreboard), so the sender sends one segment per RTO until all of it is
-// acknowledged: minutes per MiB. So with RACK the stack's stream is paced
+// scoreboard), so the sender sends about two segments per RTO (the
+// timeout's and the fast retransmit on entering recovery) until all of it
+// is acknowledged: minutes per MiB (TestOutage measures it). So with RACK the stack's stream is paced
 // (little in flight when the carrier drops), and in bulk it runs with
 // RecoverySACK, which goes back to slow start after the timeout as Linux
 // does.
