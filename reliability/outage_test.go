@@ -34,8 +34,8 @@ const (
 	outageLength = time.Second
 	outageLead   = 50 * time.Millisecond
 	// outageWindow is the polarnet receiver's buffer: it bounds what is
-	// lost in flight, so the time the default recovery takes to repair it
-	// (see TestOutage) stays well inside ioBound.
+	// lost in flight, so that gVisor's crawl (see TestOutage), should the
+	// engine fail to repair it, still ends well inside ioBound.
 	outageWindow = 256 << 10
 )
 
@@ -49,12 +49,10 @@ const (
 // again and its rates after the link's return, against its rate before
 // the outage, are logged (docs/benchmarks.md).
 //
-// With RACK, the default recovery, gVisor crawls after such a timeout: the
-// first ACK of a retransmission makes RACK mark everything sent before the
-// outage lost and enter fast recovery, whose pipe estimate (SetPipe)
-// counts all of it in flight because the timeout cleared the SACK
-// scoreboard, so the sender sends about two segments per RTO until all of
-// it is acknowledged. RecoverySACK goes back to slow start as Linux does.
+// With RACK, the default recovery, gVisor alone crawls after such a
+// timeout, at about two segments per RTO, until everything sent before it
+// is acknowledged; the engine's tail probes repair it (see polarnet's
+// tailProbes). RecoverySACK goes back to slow start as Linux does.
 func TestOutage(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
