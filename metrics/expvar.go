@@ -11,10 +11,14 @@ import (
 // ExpvarSnapshot is what PublishExpvar publishes: the stack's Stats, each
 // shard with its busy ratio, and gVisor's counters summed over shards.
 type ExpvarSnapshot struct {
-	Link       string            `json:"link"`
-	Shards     []ExpvarShard     `json:"shards"`
-	Total      ExpvarShard       `json:"total"`
-	LinkQueues []link.QueueStats `json:"link_queues,omitempty"`
+	Link string `json:"link"`
+	// Conns, KernelDials and KernelAccepts are Stats' conns by path.
+	Conns         int64             `json:"conns"`
+	KernelDials   uint64            `json:"kernel_dials"`
+	KernelAccepts uint64            `json:"kernel_accepts"`
+	Shards        []ExpvarShard     `json:"shards"`
+	Total         ExpvarShard       `json:"total"`
+	LinkQueues    []link.QueueStats `json:"link_queues,omitempty"`
 	// TCPIP maps gVisor counter paths ("TCP.Retransmits") to their sums.
 	TCPIP map[string]uint64 `json:"tcpip"`
 }
@@ -29,10 +33,13 @@ type ExpvarShard struct {
 func Snapshot(st *polarnet.Stack) ExpvarSnapshot {
 	stats := st.Stats()
 	out := ExpvarSnapshot{
-		Link:       stats.LinkName,
-		Total:      ExpvarShard{stats.Total, stats.Total.BusyRatio()},
-		LinkQueues: stats.Link,
-		TCPIP:      ProtocolValues(st.ProtocolCounters()),
+		Link:          stats.LinkName,
+		Conns:         stats.Conns,
+		KernelDials:   stats.KernelDials,
+		KernelAccepts: stats.KernelAccepts,
+		Total:         ExpvarShard{stats.Total, stats.Total.BusyRatio()},
+		LinkQueues:    stats.Link,
+		TCPIP:         ProtocolValues(st.ProtocolCounters()),
 	}
 	for _, s := range stats.Shards {
 		out.Shards = append(out.Shards, ExpvarShard{s, s.BusyRatio()})

@@ -125,11 +125,19 @@ var (
 	LinkInfo     = &Desc{Name: "polarnet_link_info", Type: Gauge, Help: "The stack's link, by name; the value is the number of shards.", Labels: []string{"link"}}
 )
 
+// The stack's TCP conns by path: on the stack, or given to Go's net by the
+// kernel interop policy (polarnet.Stats.Conns, KernelDials, KernelAccepts).
+// Stack-wide, so without shard and queue labels.
+var (
+	TCPConns    = &Desc{Name: "polarnet_tcp_conns", Type: Gauge, Help: "TCP conns open on the stack."}
+	KernelConns = &Desc{Name: "polarnet_kernel_conns_total", Type: Counter, Help: "TCP conns the kernel interop policy gave to Go's net instead of the stack, by kind: dial, or accept (the kernel's part of a wildcard listen).", Labels: []string{"kind"}}
+)
+
 // Engine returns the engine's and the link's metric families, in the order
 // Collect reports them.
 func Engine() []*Desc {
 	return []*Desc{
-		LinkInfo, RxFrames, RxBytes, TxFrames, TxBytes, TxBursts, Drops, Handoffs, ACKFilt, ACKHeld,
+		LinkInfo, TCPConns, KernelConns, RxFrames, RxBytes, TxFrames, TxBytes, TxBursts, Drops, Handoffs, ACKFilt, ACKHeld,
 		Wakeups, PollErrs, Retrans, RTOs, Recovers, TxBatch, TxQueued, HoQueued, PollIter, PollBusy,
 		PollTime, LogsSupp, LinkRxFrames, LinkRxBytes, LinkTxFrames, LinkTxBytes, PoolSize, PoolFree,
 		PoolFreeMin,
@@ -169,6 +177,9 @@ func CollectStats(stats polarnet.Stats, fn func(Sample)) {
 		fn(Sample{Desc: d, LabelValues: labels, Value: v})
 	}
 	emit(LinkInfo, float64(len(stats.Shards)), stats.LinkName)
+	emit(TCPConns, float64(stats.Conns))
+	emit(KernelConns, float64(stats.KernelDials), "dial")
+	emit(KernelConns, float64(stats.KernelAccepts), "accept")
 	for i := range stats.Shards {
 		s := &stats.Shards[i]
 		id := strconv.Itoa(i)

@@ -3,16 +3,20 @@ package metrics_test
 import (
 	"encoding/json"
 	"expvar"
+	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/pipe"
+	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/metrics"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -105,4 +109,45 @@ func TestHistogramBounds(t *testing.T) {
 	})
 	assert.Equal(t, 256.0, last["polarnet_tx_batch_frames"])
 	assert.Equal(t, float64(1<<31)/1e9, last["polarnet_poll_iteration_seconds"], "2^31 ns")
+}
+
+// The conns of each path are exported: a stack conn, a loopback dial and
+// the kernel's accept of it on a wildcard listen, which are Go's net's.
+func TestConnsByPath(t *testing.T) {
+	la, lb := pipe.New(pipe.Config{})
+	client := newStack(t, la, "198.18.0.1/24")
+	server := newStack(t, lb, "198.18.0.2/24")
+	ln, err := (&listener.ListenConfig{Stack: server}).Listen(t.Context(), "tcp", ":0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	for _, d := range []struct {
+		st   *polarnet.Stack
+		host string
+	}{{client, "198.18.0.2"}, {server, "127.0.0.1"}} {
+		c, err := (&dialer.Dialer{Stack: d.st}).Dial("tcp", net.JoinHostPort(d.host, strconv.Itoa(port)))
+		require.NoError(t, err)
+		defer c.Close()
+		s, err := ln.Accept()
+		require.NoError(t, err)
+		defer s.Close()
+	}
+
+	got := map[string]float64{}
+	metrics.Collect(server, func(s metrics.Sample) {
+		if s.Desc == metrics.TCPConns || s.Desc == metrics.KernelConns {
+			got[s.Desc.Name+strings.Join(s.LabelValues, ",")] = s.Value
+		}
+	})
+	assert.Equal(t, map[string]float64{
+		"polarnet_tcp_conns":                1,
+		"polarnet_kernel_conns_totaldial":   1,
+		"polarnet_kernel_conns_totalaccept": 1,
+	}, got)
+
+	snap := metrics.Snapshot(server)
+	assert.EqualValues(t, 1, snap.Conns)
+	assert.EqualValues(t, 1, snap.KernelDials)
+	assert.EqualValues(t, 1, snap.KernelAccepts)
 }

@@ -22,7 +22,7 @@ type sock struct {
 
 	readEntry, writeEntry waiter.Entry
 	readReady, writeReady chan struct{}
-	readerParked          atomic.Bool
+	reader                atomic.Int32 // readerRunning, readerParked or readerWoken
 
 	readMu   sync.Mutex
 	readBuf  tcpip.SliceWriter
@@ -61,12 +61,22 @@ func (s *sock) isClosed() bool { return isClosed(s.closed) }
 // serialized by readMu or writeMu, so one token wakes the only waiter):
 // a receive costs less than a select over three channels, once per op.
 func (s *sock) waitRead() error {
-	s.readerParked.Store(true)
+	s.reader.Store(readerParked)
 	err := s.wait(s.readReady, "read")
-	s.readerParked.Store(false)
-	readerWokenLocally.CompareAndSwap(s, nil)
+	if s.reader.Swap(readerRunning) == readerWoken {
+		readerWokenLocally.CompareAndSwap(s, nil)
+	}
 	return err
 }
+
+// The states of a socket's reader. Only a parked reader is marked woken
+// locally, by a compare-and-swap that fails once it runs again, so the mark
+// is cleared by the reader that it was set for, never left behind.
+const (
+	readerRunning int32 = iota
+	readerParked
+	readerWoken // parked, and readerWokenLocally points at the socket
+)
 
 // readerWokenLocally is the socket whose parked reader was last woken on
 // the waker's P (see keepWakeupsLocal), until that reader has run: the
@@ -78,11 +88,15 @@ func (s *sock) waitRead() error {
 var readerWokenLocally atomic.Pointer[sock]
 
 func (s *sock) wakeReader() {
-	if s.readerParked.Load() && readerWokenLocally.CompareAndSwap(nil, s) {
-		keepWakeupsLocal()
-		signal(s.readReady)
-		releaseWakeups()
-		return
+	if s.reader.Load() == readerParked && readerWokenLocally.CompareAndSwap(nil, s) {
+		if s.reader.CompareAndSwap(readerParked, readerWoken) {
+			keepWakeupsLocal()
+			signal(s.readReady)
+			releaseWakeups()
+			return
+		}
+		// The reader ran meanwhile: it will not clear the mark.
+		readerWokenLocally.CompareAndSwap(s, nil)
 	}
 	signal(s.readReady)
 }

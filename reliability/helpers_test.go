@@ -468,6 +468,26 @@ func rates(d time.Duration, streams ...*stream) []float64 {
 	return out
 }
 
+// moving waits, bounded by ioBound, until every stream has received more
+// than it had when called, and returns how long that took.
+func moving(t *testing.T, streams ...*stream) time.Duration {
+	t.Helper()
+	start := time.Now()
+	moved := make([]int64, len(streams))
+	for i, s := range streams {
+		moved[i] = s.received.Load()
+	}
+	require.Eventually(t, func() bool {
+		for i, s := range streams {
+			if s.received.Load() <= moved[i] {
+				return false
+			}
+		}
+		return true
+	}, ioBound, 10*time.Millisecond, "the streams move")
+	return time.Since(start)
+}
+
 // finish stops the writer, half-closes, and checks that the reader got
 // every byte written, in order, before EOF.
 func (s *stream) finish() error {

@@ -62,9 +62,7 @@ func carrierOutage(t *testing.T, recovery polarnet.LossRecovery) {
 	time.Sleep(outage)
 	during := e.Stack.Stats().Total
 	e.setLink(t, "up")
-	moved := [2]int64{up.received.Load(), down.received.Load()}
-	assert.Eventually(t, func() bool { return up.received.Load() > moved[0] && down.received.Load() > moved[1] }, ioBound, 10*time.Millisecond,
-		"both streams move again")
+	moving(t, up, down)
 	require.NoError(t, up.finish(), "kernel→stack stream")
 	require.NoError(t, down.finish(), "stack→kernel stream")
 

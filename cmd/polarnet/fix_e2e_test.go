@@ -39,7 +39,7 @@ var (
 // the TAP, one on 127.0.0.1 and one on a POLARNET_KERNEL_ROUTES prefix, and
 // its *net.TCPConn assertions, rewritten, hold for conns of both paths.
 func TestFixedProgramRunsOverTAP(t *testing.T) {
-	ns, dev := tapNamespace(t)
+	ns, dev := tapNamespace(t, e2eKernel)
 	testenv.RequireCommand(t, "curl")
 	gobin := testenv.RequireCommand(t, "go")
 	_, err := ns.Exec("ip", "addr", "add", e2eRouted.String(), "dev", "lo")
@@ -52,7 +52,7 @@ func TestFixedProgramRunsOverTAP(t *testing.T) {
 	get := func(url string) (string, error) {
 		return ns.Exec("curl", "-sS", "--fail-with-body", "--max-time", "5", url)
 	}
-	startInNS(t, ns, polarnetEnv(dev, "POLARNET_KERNEL_ROUTES=198.19.41.0/24"), func() error {
+	startInNS(t, ns, polarnetEnv(dev, e2eStack, e2eKernel, "POLARNET_KERNEL_ROUTES=198.19.41.0/24"), func() error {
 		_, err := get("http://127.0.0.1:8080/")
 		return err
 	}, app, "-listen", ":8080")
@@ -75,26 +75,27 @@ func TestFixedProgramRunsOverTAP(t *testing.T) {
 	}
 }
 
-// tapNamespace makes the e2e topology's namespace with a persistent TAP in
-// it, whose kernel side has e2eKernel; a program in the namespace attaches
-// to it by name. It returns the namespace and the device's name.
-func tapNamespace(t *testing.T) (*netns.NS, string) {
+// tapNamespace makes an e2e topology's namespace with a persistent TAP in
+// it, whose kernel side has kernel (e2eKernel in most tests); a program in
+// the namespace attaches to it by name. It returns the namespace and the
+// device's name.
+func tapNamespace(t *testing.T, kernel netip.Prefix) (*netns.NS, string) {
 	ns := testenv.NewNS(t)
 	dev := netns.UniqueName("pnt")
 	l, err := tap.New(tap.Config{Name: dev, Persist: true})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 	require.NoError(t, ns.MoveLink(dev))
-	require.NoError(t, ns.Configure(dev, 1500, e2eKernel))
+	require.NoError(t, ns.Configure(dev, 1500, kernel))
 	return ns, dev
 }
 
 // polarnetEnv is the environment that puts a program on the stack side of
-// tapNamespace's TAP, with the kernel side as its gateway.
-func polarnetEnv(dev string, extra ...string) []string {
+// tapNamespace's TAP, at stack, with the kernel side as its gateway.
+func polarnetEnv(dev string, stack, kernel netip.Prefix, extra ...string) []string {
 	return append(append(os.Environ(),
-		"POLARNET_LINK=tap", "POLARNET_DEVICE="+dev, "POLARNET_ADDR="+e2eStack.String(),
-		"POLARNET_GATEWAY="+e2eKernel.Addr().String(), "POLARNET_FALLBACK=fail"), extra...)
+		"POLARNET_LINK=tap", "POLARNET_DEVICE="+dev, "POLARNET_ADDR="+stack.String(),
+		"POLARNET_GATEWAY="+kernel.Addr().String(), "POLARNET_FALLBACK=fail"), extra...)
 }
 
 // startInNS runs a program in ns with env until the test ends, and waits

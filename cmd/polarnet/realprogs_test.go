@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -21,22 +22,36 @@ import (
 )
 
 // The real programs: modules from the Go module proxy, at the versions
-// this test was written against.
-var realModules = []struct{ path, version, fix string }{
+// this test was written against. A command module's own main is built as
+// it is (a tool of the test's module); the others' are in
+// testdata/realprogs.
+var realModules = []struct {
+	path, version, fix string
+	command            bool
+}{
 	// An in-memory Redis server: its server package calls net.Listen.
-	{"github.com/alicebob/miniredis/v2", "v2.40.0", "github.com/alicebob/miniredis/v2/..."},
+	{"github.com/alicebob/miniredis/v2", "v2.40.0", "github.com/alicebob/miniredis/v2/...", false},
 	// A Redis client library: its Dial builds a net.Dialer.
-	{"github.com/gomodule/redigo", "v1.9.3", "github.com/gomodule/redigo/redis"},
+	{"github.com/gomodule/redigo", "v1.9.3", "github.com/gomodule/redigo/redis", false},
+	// pprof, whose -http flag serves its web UI with net/http on a
+	// listener from net.Listen.
+	{"github.com/google/pprof", "v0.0.0-20261105003125-4bf881d7fb0b", "github.com/google/pprof/...", true},
 }
 
-// TestRealProgramsOverTAP fetches miniredis and redigo through the Go
-// module proxy, rewrites their library code with `polarnet fix` and
-// nothing else, and runs a miniredis server and redigo's example client
-// over TAP against kernel peers: kernel clients reach the server across
-// the TAP and on the loopback, and the client reaches a kernel miniredis
-// across the TAP and on the loopback.
+// pprof's TAP topology, a namespace apart from e2eKernel's.
+var (
+	httpKernel = netip.MustParsePrefix("198.19.43.1/24")
+	httpStack  = netip.MustParsePrefix("198.19.43.2/24")
+)
+
+// TestRealProgramsOverTAP fetches miniredis, redigo and pprof through the
+// Go module proxy, rewrites their code with `polarnet fix` and nothing
+// else, and runs a miniredis server, redigo's example client and pprof's
+// web UI over TAP against kernel peers: kernel clients reach the servers
+// across the TAP and on the loopback, and the client reaches a kernel
+// miniredis across the TAP and on the loopback.
 func TestRealProgramsOverTAP(t *testing.T) {
-	ns, dev := tapNamespace(t)
+	ns, dev := tapNamespace(t, e2eKernel)
 	gobin := testenv.RequireCommand(t, "go")
 	bin := buildRealPrograms(t, gobin)
 
@@ -50,7 +65,7 @@ func TestRealProgramsOverTAP(t *testing.T) {
 		})
 	}
 	t.Run("server", func(t *testing.T) {
-		startInNS(t, ns, polarnetEnv(dev), func() error { return ping("127.0.0.1:6379") },
+		startInNS(t, ns, polarnetEnv(dev, e2eStack, e2eKernel), func() error { return ping("127.0.0.1:6379") },
 			filepath.Join(bin, "mrserver"), ":6379")
 		assert.NoError(t, ping(netip.AddrPortFrom(e2eStack.Addr(), 6379).String()), "across the TAP")
 		assert.NoError(t, ping("[::1]:6379"), "on the IPv6 loopback")
@@ -61,10 +76,33 @@ func TestRealProgramsOverTAP(t *testing.T) {
 			filepath.Join(bin, "mrserver"), ":6380")
 		for _, addr := range []string{netip.AddrPortFrom(e2eKernel.Addr(), 6380).String(), "127.0.0.1:6380"} {
 			cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", ns.Name, filepath.Join(bin, "rclient"), addr, "over "+addr)
-			cmd.Env = polarnetEnv(dev)
+			cmd.Env = polarnetEnv(dev, e2eStack, e2eKernel)
 			out, err := cmd.CombinedOutput()
 			assert.NoError(t, err, "%s", out)
 			assert.Equal(t, "over "+addr+"\n", string(out))
+		}
+	})
+	t.Run("http server", func(t *testing.T) {
+		ns, dev := tapNamespace(t, httpKernel)
+		testenv.RequireCommand(t, "curl")
+		prof := filepath.Join(t.TempDir(), "goroutine.pb.gz")
+		f, err := os.Create(prof)
+		require.NoError(t, err)
+		require.NoError(t, pprof.Lookup("goroutine").WriteTo(f, 0))
+		require.NoError(t, f.Close())
+		top := func(host string) (string, error) {
+			return ns.Exec("curl", "-sS", "--fail-with-body", "--max-time", "5", "http://"+host+":8080/ui/top")
+		}
+		// 0.0.0.0: pprof listens on localhost when the host is empty.
+		startInNS(t, ns, polarnetEnv(dev, httpStack, httpKernel), func() error {
+			_, err := top("127.0.0.1")
+			return err
+		}, filepath.Join(bin, "pprof"), "-no_browser", "-http=0.0.0.0:8080", prof)
+		for _, host := range []string{httpStack.Addr().String(), "127.0.0.1"} {
+			page, err := top(host)
+			if assert.NoError(t, err, host) {
+				assert.Contains(t, page, " goroutine</title>", host) // the profile given
+			}
 		}
 	})
 }
@@ -113,6 +151,9 @@ func buildRealPrograms(t *testing.T, gobin string) string {
 			return os.Chmod(p, 0o755)
 		}))
 		gomod += fmt.Sprintf("require %s %s\nreplace %s => %s\n", m.path, m.version, m.path, local)
+		if m.command {
+			gomod += "tool " + m.path + "\n"
+		}
 		patterns = append(patterns, m.fix)
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
@@ -125,8 +166,10 @@ func buildRealPrograms(t *testing.T, gobin string) string {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out.String(), "third_party/miniredis/server/server.go:48:12: net.Listen → listener.Listen")
 	assert.Contains(t, out.String(), "third_party/redigo/redis/conn.go:226:12: net.Dialer → dialer.Dialer")
+	assert.Contains(t, out.String(), "third_party/pprof/internal/driver/webui.go:186:13: net.Listen → listener.Listen")
+	assert.Contains(t, out.String(), "third_party/pprof/internal/transport/transport.go:126:15: http.Transport without a dial function")
 
-	goCmd(t, dir, gobin, "build", "-o", filepath.Join(dir, "bin")+"/", "./...")
+	goCmd(t, dir, gobin, "build", "-o", filepath.Join(dir, "bin")+"/", "./...", "tool")
 	return filepath.Join(dir, "bin")
 }
 

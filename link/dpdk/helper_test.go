@@ -143,18 +143,10 @@ func parsePoll(s string) (polarnet.PollMode, error) {
 
 type closeWriter interface{ CloseWrite() error }
 
-// serveEcho reads to EOF, then sends it all back and half-closes. Store and
-// forward, not a concurrent copy: two polarnet stacks streaming bulk both
-// ways at once can stall for good at MTU 1500 (the receiver's window
-// shrinks by window-scale rounding, then it ignores the ACKs of segments
-// beyond it; seen over pipe.New too), an engine bug that is not this
-// link's.
+// serveEcho copies what it reads back as it arrives, one goroutine, as the
+// plainest Go echo does (io.Copy), then half-closes.
 func serveEcho(c net.Conn) {
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return
-	}
-	if _, err := c.Write(b); err == nil {
+	if _, err := io.Copy(c, c); err == nil {
 		if cw, ok := c.(closeWriter); ok {
 			cw.CloseWrite()
 		}

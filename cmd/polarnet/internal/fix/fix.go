@@ -30,7 +30,7 @@ gives http.Transport literals without a dial function dialer.DialContext,
 and turns assertions to *net.TCPConn, *net.TCPListener and *net.UDPConn
 into polarnet.AnyTCPConn, AnyTCPListener and AnyUDPConn. It reports what
 it cannot rewrite (net.DialTCP, net.ListenTCP, File, SyscallConn,
-http.DefaultTransport, ...) with what to do.`,
+http.DefaultTransport, http.ListenAndServe, ...) with what to do.`,
 	Run: run,
 }
 
@@ -95,10 +95,10 @@ func run(pass *analysis.Pass) (any, error) {
 		if ast.IsGenerated(f) {
 			continue
 		}
-		fx := &fileFix{pass: pass, file: f, parents: parents(f)}
-		if fx.netName = importedName(f, "net"); fx.netName != "" {
-			fx.walk()
-		}
+		// Every file: one need not import net to build an http.Transport
+		// or to call File on a conn another package returned.
+		fx := &fileFix{pass: pass, file: f, parents: parents(f), importsNet: importedName(f, "net") != ""}
+		fx.walk()
 		fx.emit()
 	}
 	return nil, nil
@@ -115,11 +115,11 @@ type rewrite struct {
 }
 
 type fileFix struct {
-	pass     *analysis.Pass
-	file     *ast.File
-	parents  map[ast.Node]ast.Node
-	netName  string
-	rewrites []rewrite
+	pass       *analysis.Pass
+	file       *ast.File
+	parents    map[ast.Node]ast.Node
+	importsNet bool
+	rewrites   []rewrite
 }
 
 func (fx *fileFix) walk() {
@@ -182,10 +182,18 @@ func (fx *fileFix) selector(sel *ast.SelectorExpr, blocked map[string]string) {
 	if recv, advice := fx.netMethod(sel); advice != "" {
 		fx.pass.Reportf(sel.Sel.Pos(), "%s on net.%s cannot be rewritten: %s", sel.Sel.Name, recv, advice)
 	}
-	if v, ok := fx.pass.TypesInfo.Uses[sel.Sel].(*types.Var); ok && v.Pkg() != nil && v.Pkg().Path() == "net/http" && v.Name() == "DefaultTransport" {
+	switch obj := fx.pass.TypesInfo.Uses[sel.Sel]; {
+	case obj == nil || obj.Pkg() == nil || obj.Pkg().Path() != "net/http":
+	case obj.Name() == "DefaultTransport":
 		fx.pass.Reportf(sel.Pos(), "http.DefaultTransport (and what clones it) dials with Go's net: set its DialContext to dialer.DialContext, once, before the first request")
+	case httpListens[obj.Name()]:
+		fx.pass.Reportf(sel.Sel.Pos(), "http's %s listens with Go's net: listen with listener.Listen(\"tcp\", addr) and call Serve (ServeTLS) on the listener", obj.Name())
 	}
 }
+
+// httpListens are net/http's functions and Server methods that open their
+// own listener with Go's net, out of the fix's reach.
+var httpListens = map[string]bool{"ListenAndServe": true, "ListenAndServeTLS": true}
 
 // netMethod returns the receiver type's name and the advice when sel is a
 // method of netMethods, "" otherwise.
@@ -515,7 +523,7 @@ func (fx *fileFix) emit() {
 	for _, r := range fx.rewrites {
 		removed += r.netUses
 	}
-	if removed == fx.netUses() {
+	if fx.importsNet && removed == fx.netUses() {
 		importEdits = append(importEdits, fx.deleteImport("net"))
 	}
 	for _, r := range fx.rewrites {

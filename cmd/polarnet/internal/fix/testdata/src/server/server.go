@@ -45,3 +45,8 @@ func kernelOnly() {
 	ln, _ := net.Listen("tcp", ":0")            // want `net.Listen → listener.Listen`
 	ln.(*net.TCPListener).AcceptTCP()           // want `\*net.TCPListener assertion left as it is \(calls AcceptTCP\)` `AcceptTCP on net.TCPListener cannot be rewritten`
 }
+
+func listenAndServe(srv *http.Server) {
+	http.ListenAndServe(":8081", nil) // want `http's ListenAndServe listens with Go's net`
+	srv.ListenAndServeTLS("c", "k")   // want `http's ListenAndServeTLS listens with Go's net`
+}
