@@ -61,6 +61,7 @@ func (r *recordingQueue) acks() []uint32 {
 
 type seg struct {
 	port    uint16 // the flow: local port
+	seq     uint32 // the sequence number, less one
 	flags   header.TCPFlags
 	ack     uint32
 	window  uint16
@@ -82,7 +83,7 @@ func packet(s seg) *stack.PacketBuffer {
 	})
 	th := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize + len(opts)))
 	th.Encode(&header.TCPFields{
-		SrcPort: s.port, DstPort: 80, SeqNum: 1, AckNum: s.ack,
+		SrcPort: s.port, DstPort: 80, SeqNum: 1 + s.seq, AckNum: s.ack,
 		DataOffset: uint8(header.TCPMinimumSize + len(opts)), Flags: s.flags, WindowSize: s.window,
 	})
 	copy(th[header.TCPMinimumSize:], opts)

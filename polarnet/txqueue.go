@@ -79,6 +79,8 @@ type txQueue struct {
 	// (finsack.go); finWait tells whether a flow is in FIN_WAIT_1.
 	sacks   *finSACK
 	finWait func(tcpip.NetworkProtocolNumber, flowKey) bool
+	// tails keeps flows' last data segments (see tailProbes).
+	tails *tailProbes
 }
 
 // txBacklogMax bounds the packets kept for the next flush when the link's
@@ -108,6 +110,7 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 		history:   make(map[flowKey]flowHistory),
 		sacks:     sacks,
 		finWait:   finWait,
+		tails:     newTailProbes(),
 	}
 	if t.filter && ack.Delay > 0 {
 		t.delay = ack.Delay
@@ -126,6 +129,9 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	defer q.mu.Unlock()
 	if q.closed {
 		return &tcpip.ErrClosedForSend{}
+	}
+	for _, c := range q.tails.observe(pkt, &seg, q.clock) {
+		q.pending, q.heldAt, q.segs = append(q.pending, c), append(q.heldAt, 0), append(q.segs, parseSegment(c))
 	}
 	q.pending = append(q.pending, pkt.IncRef())
 	q.heldAt = append(q.heldAt, 0)
@@ -171,6 +177,7 @@ func (q *txQueue) Close() {
 	q.pending, q.heldAt, q.segs = q.pending[:0], q.heldAt[:0], q.segs[:0]
 	q.retrying = 0
 	q.held.releaseAll()
+	q.tails.releaseAll()
 }
 
 // flush writes out what is pending; the poller calls it every iteration.

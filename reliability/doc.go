@@ -28,11 +28,11 @@
 //
 // Without the flag it runs for 60s (20s with -short).
 //
-// Known limit, from gVisor: with RACK (the default loss recovery), a
-// sender whose whole window was lost, then retransmitted on a timeout (a
-// carrier outage under bulk traffic), goes on at one segment per RTO until
-// everything sent before the timeout is acknowledged; TestCarrierOutage
-// says why and how it works around it.
+// A sender whose whole window was lost, then retransmitted on a timeout (a
+// carrier outage under bulk traffic), would crawl with RACK (the default
+// loss recovery) but for the engine's repair: TestOutage measures the
+// recovery against the kernel's, TestCarrierOutage rides out a carrier
+// drop in bulk.
 //
 // What is proven elsewhere and not repeated here: MaxConns and the EMFILE
 // of dial and Accept (polarnet TestMaxConns), martian sources over a pipe

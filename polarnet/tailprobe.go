@@ -1,0 +1,124 @@
+package polarnet
+
+import (
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// tailProbes lets a RACK sender whose whole window was lost repair it at
+// once after the retransmission timeout, where gVisor alone crawls at about
+// two segments per RTO: the first ACK of the timeout's retransmission makes
+// RACK mark everything sent before it lost and enter fast recovery, whose
+// pipe estimate (SetPipe) takes lost segments from the SACK scoreboard
+// only, which the timeout cleared, so all of them count as in flight. Only
+// SACK blocks above the hole correct it, and gVisor sends nothing above
+// the hole in that state; so the TX queue keeps each flow's last data
+// segments and sends them again just ahead of a retransmission that comes
+// after a silence: the receiver SACKs them (ahead of the retransmission,
+// their timestamps still pass its PAWS check) and gVisor counts the holes
+// below them as lost. A copy the receiver already had costs a duplicate.
+//
+// It is the TX queue's, used under its lock.
+type tailProbes struct {
+	flows map[flowKey]*flowTail
+}
+
+// flowTail is what tailProbes keeps of a flow: its last data segments,
+// oldest first, the end of the highest data sent and when the last data
+// segment went (shard clock).
+type flowTail struct {
+	last [tailCopies]*stack.PacketBuffer
+	end  seqnum.Value
+	at   int64
+}
+
+const (
+	// tailCopies is how many segments are sent again: gVisor takes a hole
+	// as lost once two SMSS above it are SACKed, and two segments may
+	// fall short of that (a short one, or SMSS above the payload size).
+	tailCopies = 3
+	// tailSilence is the least time without data on a flow before a
+	// retransmission is taken for a timeout's: below the 200ms minimum RTO,
+	// above the tail-loss probe's 50ms floor (TCPConfig).
+	tailSilence = int64(100 * time.Millisecond)
+	// maxTailFlows bounds the flows followed, and so the packet buffers
+	// kept alive; past it, tailProbes starts afresh.
+	maxTailFlows = 1 << 10
+)
+
+func newTailProbes() *tailProbes {
+	return &tailProbes{flows: make(map[flowKey]*flowTail)}
+}
+
+// observe follows pkt, about to be queued, and returns the copies to queue
+// ahead of it (each with a reference of its own), if any.
+func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shardClock) []*stack.PacketBuffer {
+	if !seg.tcp {
+		return nil
+	}
+	if seg.flags&(header.TCPFlagFin|header.TCPFlagRst) != 0 {
+		p.forget(seg.flow)
+		return nil
+	}
+	if seg.payload == 0 {
+		return nil
+	}
+	seq, now := seqnum.Value(header.TCP(seg.transport).SequenceNumber()), clock.now()
+	t := p.flows[seg.flow]
+	if t == nil {
+		if len(p.flows) >= maxTailFlows {
+			p.releaseAll()
+		}
+		t = &flowTail{end: seq}
+		p.flows[seg.flow] = t
+	}
+	var probes []*stack.PacketBuffer
+	if oldest := t.last[0]; oldest != nil && now-t.at >= tailSilence && seq.LessThan(tailSeq(oldest)) {
+		for _, c := range t.last {
+			probes = append(probes, c.IncRef())
+		}
+	}
+	if !seq.LessThan(t.end) {
+		if t.last[0] != nil {
+			t.last[0].DecRef()
+		}
+		copy(t.last[:], t.last[1:])
+		t.last[tailCopies-1] = pkt.IncRef()
+		t.end = seq.Add(seqnum.Size(seg.payload))
+	}
+	t.at = now
+	return probes
+}
+
+// tailSeq is the sequence number of a kept segment.
+func tailSeq(pkt *stack.PacketBuffer) seqnum.Value {
+	return seqnum.Value(header.TCP(pkt.TransportHeader().Slice()).SequenceNumber())
+}
+
+// forget drops what is kept of a flow.
+func (p *tailProbes) forget(f flowKey) {
+	if t := p.flows[f]; t != nil {
+		t.release()
+		delete(p.flows, f)
+	}
+}
+
+// releaseAll drops everything kept.
+func (p *tailProbes) releaseAll() {
+	for _, t := range p.flows {
+		t.release()
+	}
+	clear(p.flows)
+}
+
+func (t *flowTail) release() {
+	for i, c := range t.last {
+		if c != nil {
+			c.DecRef()
+			t.last[i] = nil
+		}
+	}
+}

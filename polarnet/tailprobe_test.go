@@ -1,0 +1,91 @@
+package polarnet
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// tailFlow sends segments of one flow through tailProbes at the times a
+// frozen shard clock gives, as the TX queue would.
+type tailFlow struct {
+	t     *testing.T
+	p     *tailProbes
+	clock *shardClock
+}
+
+func newTailFlow(t *testing.T) *tailFlow {
+	f := &tailFlow{t: t, p: newTailProbes(), clock: newShardClock(func() {})}
+	f.clock.freeze(int64(time.Hour))
+	t.Cleanup(f.p.releaseAll)
+	return f
+}
+
+// send observes a segment at the clock's time plus after and returns the
+// sequence numbers (less one) of the copies to send ahead of it.
+func (f *tailFlow) send(after time.Duration, s seg) []uint32 {
+	f.t.Helper()
+	f.clock.freeze(f.clock.now() + int64(after))
+	pkt := packet(s)
+	defer pkt.DecRef()
+	sg := parseSegment(pkt)
+	var seqs []uint32
+	for _, c := range f.p.observe(pkt, &sg, f.clock) {
+		seqs = append(seqs, header.TCP(c.TransportHeader().Slice()).SequenceNumber()-1)
+		c.DecRef()
+	}
+	return seqs
+}
+
+// data is a 1000-byte data segment of port 1 at seq.
+func data(seq uint32) seg { return seg{port: 1, seq: seq, flags: ackPsh, payload: 1000} }
+
+// A retransmission after a silence, below the kept segments, brings copies
+// of the flow's last three data segments ahead of it.
+func TestTailProbesAfterSilence(t *testing.T) {
+	f := newTailFlow(t)
+	for seq := uint32(0); seq < 5000; seq += 1000 {
+		require.Empty(t, f.send(0, data(seq)), "new data")
+	}
+	assert.Empty(t, f.send(time.Duration(tailSilence)/2, data(0)), "a retransmission before the silence")
+	assert.Equal(t, []uint32{2000, 3000, 4000}, f.send(time.Duration(tailSilence), data(1000)), "a timeout's retransmission")
+	assert.Equal(t, []uint32{2000, 3000, 4000}, f.send(2*time.Duration(tailSilence), data(1000)), "the next timeout's")
+	assert.Empty(t, f.send(0, data(2000)), "the retransmissions that follow")
+}
+
+// A retransmission of a kept segment (a tail-loss probe), pure ACKs and
+// flows with fewer than three data segments bring no copies.
+func TestTailProbesNotForProbes(t *testing.T) {
+	f := newTailFlow(t)
+	f.send(0, data(0))
+	f.send(0, data(1000))
+	assert.Empty(t, f.send(time.Second, data(0)), "two segments kept")
+	f.send(0, data(2000))
+	assert.Empty(t, f.send(time.Second, data(2000)), "a tail-loss probe")
+	assert.Empty(t, f.send(time.Second, seg{port: 1, seq: 0, flags: ack}), "a pure ACK")
+}
+
+// A FIN or RST ends what is kept of a flow, and the flows followed are
+// bounded.
+func TestTailProbesForget(t *testing.T) {
+	for _, flags := range []header.TCPFlags{header.TCPFlagFin | header.TCPFlagAck, header.TCPFlagRst} {
+		f := newTailFlow(t)
+		for seq := uint32(0); seq < 3000; seq += 1000 {
+			f.send(0, data(seq))
+		}
+		f.send(0, seg{port: 1, seq: 3000, flags: flags})
+		assert.Empty(t, f.p.flows, "flags %v", flags)
+		assert.Empty(t, f.send(time.Second, data(0)), "flags %v", flags)
+	}
+	f := newTailFlow(t)
+	for port := range uint16(maxTailFlows + 1) {
+		pkt := packet(seg{port: port, flags: ackPsh, payload: 1})
+		sg := parseSegment(pkt)
+		f.p.observe(pkt, &sg, f.clock)
+		pkt.DecRef()
+	}
+	assert.LessOrEqual(t, len(f.p.flows), maxTailFlows)
+}
