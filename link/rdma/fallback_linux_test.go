@@ -62,7 +62,7 @@ func TestDialerFallbackPolicy(t *testing.T) {
 				require.NoError(t, err, "the child's checks failed")
 				text := string(out)
 				if policy == "kernel" {
-					assert.Equal(t, 1, strings.Count(text, "falling back to the kernel's TCP/IP"), "logged once for a dial and a listen")
+					assert.Equal(t, 1, strings.Count(text, "so dials and listens use the kernel's TCP/IP"), "logged once for a dial and a listen")
 					assert.Contains(t, text, "link=rdma")
 				}
 				if dev == "" {
