@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,10 @@ func TestMemifCloseBothEnds(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=memif-close")
+	// A helper still running at the bound gets SIGQUIT, so that the Go
+	// runtime prints every goroutine's stack before it exits.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "the helper must exit cleanly, never crash: %s", out)
 }
