@@ -114,7 +114,7 @@ const (
 
 // newQueue returns a TX queue writing to lq, as an awake poller's.
 func newQueue(lq link.Queue, cfg ACKConfig) *txQueue {
-	q := newTxQueue(lq, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}), newFinSACK(), inFinWait1)
+	q := newTxQueue(lq, 0, 1500, new(shardCounters), cfg, newShardClock(func() {}), newFinSACK(), newClosedWindows(), inFinWait1)
 	q.pollerAwake.Store(true)
 	return q
 }

@@ -139,23 +139,18 @@ func (f *finSACK) sent(s *segment, proto tcpip.NetworkProtocolNumber, now int64,
 // received follows a received IP packet (Ethernet header removed) of a
 // watched flow, if it is one; f.watching must have been seen non-zero.
 func (f *finSACK) received(ethType tcpip.NetworkProtocolNumber, pkt []byte, now int64) {
-	proto, l4 := transportOf(ethType, pkt)
-	if tcpip.TransportProtocolNumber(proto) != header.TCPProtocolNumber || len(l4) < header.TCPMinimumSize {
+	key, th, ok := receivedTCP(ethType, pkt)
+	if !ok {
 		return
 	}
-	var key flowKey
 	end := 0 // where the IP packet ends in pkt
 	switch ethType {
 	case header.IPv4ProtocolNumber:
-		ip := header.IPv4(pkt)
-		key.src, key.dst, end = ip.DestinationAddress(), ip.SourceAddress(), int(ip.TotalLength())
+		end = int(header.IPv4(pkt).TotalLength())
 	case header.IPv6ProtocolNumber:
-		ip := header.IPv6(pkt)
-		key.src, key.dst, end = ip.DestinationAddress(), ip.SourceAddress(), header.IPv6MinimumSize+int(ip.PayloadLength())
+		end = header.IPv6MinimumSize + int(header.IPv6(pkt).PayloadLength())
 	}
-	th := header.TCP(l4)
-	key.srcPort, key.dstPort = th.DestinationPort(), th.SourcePort()
-	start := len(pkt) - len(l4)
+	start := len(pkt) - len(th)
 	payload := end - start - int(th.DataOffset())
 	if end > len(pkt) || payload < 0 || th.DataOffset() < header.TCPMinimumSize {
 		return

@@ -69,7 +69,7 @@ type sackConn struct {
 
 func newSACKConn(t *testing.T, caps link.Capabilities, v6 bool) *sackConn {
 	out := &recordingQueue{}
-	q := newTxQueue(out, caps, 1500, new(shardCounters), ACKConfig{DisableFilter: true}, newShardClock(func() {}), newFinSACK(), inFinWait1)
+	q := newTxQueue(out, caps, 1500, new(shardCounters), ACKConfig{DisableFilter: true}, newShardClock(func() {}), newFinSACK(), newClosedWindows(), inFinWait1)
 	q.pollerAwake.Store(true)
 	c := &sackConn{t: t, q: q, out: out, src: local, dst: remote, ipv6: v6}
 	if v6 {

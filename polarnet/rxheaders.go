@@ -85,3 +85,24 @@ func transportOf(ethType tcpip.NetworkProtocolNumber, pkt []byte) (proto uint8, 
 	}
 	return 0, nil
 }
+
+// receivedTCP reads a received IP packet (Ethernet header removed) as a TCP
+// segment: its flow keyed as the segments we send on it are, and its TCP
+// header; ok is false for anything else.
+func receivedTCP(ethType tcpip.NetworkProtocolNumber, pkt []byte) (key flowKey, th header.TCP, ok bool) {
+	proto, l4 := transportOf(ethType, pkt)
+	if tcpip.TransportProtocolNumber(proto) != header.TCPProtocolNumber || len(l4) < header.TCPMinimumSize {
+		return key, nil, false
+	}
+	switch ethType {
+	case header.IPv4ProtocolNumber:
+		ip := header.IPv4(pkt)
+		key.src, key.dst = ip.DestinationAddress(), ip.SourceAddress()
+	case header.IPv6ProtocolNumber:
+		ip := header.IPv6(pkt)
+		key.src, key.dst = ip.DestinationAddress(), ip.SourceAddress()
+	}
+	th = header.TCP(l4)
+	key.srcPort, key.dstPort = th.DestinationPort(), th.SourcePort()
+	return key, th, true
+}

@@ -104,7 +104,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		}
 	})
 	s.clock.protocolFloor = max(cfg.TCP.MinRecoveryTimer, 0)
-	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock, st.sacks, func(proto tcpip.NetworkProtocolNumber, flow flowKey) bool {
+	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock, st.sacks, st.windows, func(proto tcpip.NetworkProtocolNumber, flow flowKey) bool {
 		return finWait1(s.stack, proto, flow)
 	})
 	s.meterTx()
@@ -379,6 +379,7 @@ func (s *shard) deliver(n int) {
 			s.stats.rxMartian.Add(1)
 			continue
 		}
+		s.owner.windows.received(proto, frame[header.EthernetMinimumSize:])
 		if sacks := s.owner.sacks; sacks.watching.Load() != 0 {
 			sacks.received(proto, frame[header.EthernetMinimumSize:], s.clock.now())
 		}

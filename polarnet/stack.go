@@ -31,6 +31,9 @@ type Stack struct {
 	// sacks follows the flows past their FIN, for every shard: a flow's
 	// frames may arrive on a shard other than its own (finsack.go).
 	sacks *finSACK
+	// windows follows the flows whose peer closed its window, likewise
+	// (closedwnd.go).
+	windows *closedWindows
 
 	mu        sync.Mutex
 	closed    bool
@@ -54,7 +57,7 @@ func New(cfg Config) (*Stack, error) {
 		cfg.Link.Close()
 		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
-	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs), sacks: newFinSACK()}
+	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs), sacks: newFinSACK(), windows: newClosedWindows()}
 	s.steerer, _ = cfg.Link.(link.Steerer)
 	for i, q := range queues {
 		sh, err := newShard(s, i, q)

@@ -20,10 +20,13 @@ import (
 // after a silence: the receiver SACKs them (ahead of the retransmission,
 // their timestamps still pass its PAWS check) and gVisor counts the holes
 // below them as lost. A copy the receiver already had costs a duplicate.
+// No copies go into a closed window: there the retransmission is a zero
+// window probe, and copies past the window would only be dropped.
 //
 // It is the TX queue's, used under its lock.
 type tailProbes struct {
-	flows map[flowKey]*flowTail
+	flows   map[flowKey]*flowTail
+	windows *closedWindows
 }
 
 // flowTail is what tailProbes keeps of a flow: its last data segments,
@@ -49,8 +52,8 @@ const (
 	maxTailFlows = 1 << 10
 )
 
-func newTailProbes() *tailProbes {
-	return &tailProbes{flows: make(map[flowKey]*flowTail)}
+func newTailProbes(windows *closedWindows) *tailProbes {
+	return &tailProbes{flows: make(map[flowKey]*flowTail), windows: windows}
 }
 
 // observe follows pkt, about to be queued, and returns the copies to queue
@@ -76,7 +79,7 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		p.flows[seg.flow] = t
 	}
 	var probes []*stack.PacketBuffer
-	if oldest := t.last[0]; oldest != nil && now-t.at >= tailSilence && seq.LessThan(tailSeq(oldest)) {
+	if oldest := t.last[0]; oldest != nil && now-t.at >= tailSilence && seq.LessThan(tailSeq(oldest)) && !p.windowClosed(seg.flow) {
 		for _, c := range t.last {
 			probes = append(probes, c.IncRef())
 		}
@@ -91,6 +94,11 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 	}
 	t.at = now
 	return probes
+}
+
+func (p *tailProbes) windowClosed(f flowKey) bool {
+	_, closed := p.windows.closed(f)
+	return closed
 }
 
 // tailSeq is the sequence number of a kept segment.

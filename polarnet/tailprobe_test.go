@@ -18,7 +18,7 @@ type tailFlow struct {
 }
 
 func newTailFlow(t *testing.T) *tailFlow {
-	f := &tailFlow{t: t, p: newTailProbes(), clock: newShardClock(func() {})}
+	f := &tailFlow{t: t, p: newTailProbes(newClosedWindows()), clock: newShardClock(func() {})}
 	f.clock.freeze(int64(time.Hour))
 	t.Cleanup(f.p.releaseAll)
 	return f
@@ -66,6 +66,24 @@ func TestTailProbesNotForProbes(t *testing.T) {
 	f.send(0, data(2000))
 	assert.Empty(t, f.send(time.Second, data(2000)), "a tail-loss probe")
 	assert.Empty(t, f.send(time.Second, seg{port: 1, seq: 0, flags: ack}), "a pure ACK")
+}
+
+// No copies go into a window the peer has closed: the retransmission is a
+// zero window probe.
+func TestTailProbesNotIntoClosedWindow(t *testing.T) {
+	f := newTailFlow(t)
+	for seq := uint32(0); seq < 5000; seq += 1000 {
+		f.send(0, data(seq))
+	}
+	pkt := packet(data(0))
+	flow := parseSegment(pkt).flow
+	pkt.DecRef()
+	f.p.windows.flows[flow] = 1
+	f.p.windows.n.Store(1)
+	assert.Empty(t, f.send(time.Second, data(1000)), "window closed")
+	clear(f.p.windows.flows)
+	f.p.windows.n.Store(0)
+	assert.Equal(t, []uint32{2000, 3000, 4000}, f.send(time.Second, data(1000)), "window open")
 }
 
 // A FIN or RST ends what is kept of a flow, and the flows followed are

@@ -81,6 +81,8 @@ type txQueue struct {
 	finWait func(tcpip.NetworkProtocolNumber, flowKey) bool
 	// tails keeps flows' last data segments (see tailProbes).
 	tails *tailProbes
+	// windows keeps pure ACKs within closed windows (closedwnd.go).
+	windows *closedWindows
 }
 
 // txBacklogMax bounds the packets kept for the next flush when the link's
@@ -89,7 +91,7 @@ const txBacklogMax = 4 * txBatchSize
 
 var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
-func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock, sacks *finSACK, finWait func(tcpip.NetworkProtocolNumber, flowKey) bool) *txQueue {
+func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock, sacks *finSACK, windows *closedWindows, finWait func(tcpip.NetworkProtocolNumber, flowKey) bool) *txQueue {
 	t := &txQueue{
 		queue:     q,
 		linkCaps:  caps,
@@ -110,7 +112,8 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 		history:   make(map[flowKey]flowHistory),
 		sacks:     sacks,
 		finWait:   finWait,
-		tails:     newTailProbes(),
+		tails:     newTailProbes(windows),
+		windows:   windows,
 	}
 	if t.filter && ack.Delay > 0 {
 		t.delay = ack.Delay
@@ -122,6 +125,7 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 // WritePacket implements stack.QueueingDiscipline.
 func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	seg := parseSegment(pkt)
+	q.windows.clamp(&seg, q.linkCaps&link.CapTXChecksum == 0)
 	if q.sacks.concerns(&seg) {
 		q.followSACK(pkt, &seg)
 	}
