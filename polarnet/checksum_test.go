@@ -22,13 +22,13 @@ func TestVerifyTransportChecksum(t *testing.T) {
 	copy(udp[header.UDPMinimumSize:], "data")
 	sum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(udp)))
 	udp.SetChecksum(^checksum.Checksum(udp, sum))
-	assert.True(t, verifyTransportChecksum(header.IPv4ProtocolNumber, pkt))
+	assert.True(t, verifyTransportChecksum(parseIP(header.IPv4ProtocolNumber, pkt)))
 
 	badPayload := append([]byte(nil), pkt...)
 	badPayload[len(badPayload)-1] ^= 1
-	assert.False(t, verifyTransportChecksum(header.IPv4ProtocolNumber, badPayload))
+	assert.False(t, verifyTransportChecksum(parseIP(header.IPv4ProtocolNumber, badPayload)))
 
 	badHeader := append([]byte(nil), pkt...)
 	badHeader[8]-- // TTL, covered by the header checksum only
-	assert.False(t, verifyTransportChecksum(header.IPv4ProtocolNumber, badHeader))
+	assert.False(t, verifyTransportChecksum(parseIP(header.IPv4ProtocolNumber, badHeader)))
 }

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
@@ -36,17 +35,17 @@ func newClosedWindows() *closedWindows {
 	return &closedWindows{flows: make(map[flowKey]seqnum.Value)}
 }
 
-// received follows a received IP packet (Ethernet header removed).
-func (w *closedWindows) received(ethType tcpip.NetworkProtocolNumber, pkt []byte) {
-	key, th, ok := receivedTCP(ethType, pkt)
-	if !ok {
+// received follows a received packet whose headers are h.
+func (w *closedWindows) received(h *rxHeaders) {
+	th := h.tcp()
+	if th == nil {
 		return
 	}
 	flags, zero := th.Flags(), th.WindowSize() == 0
 	if flags&header.TCPFlagAck == 0 || !zero && w.n.Load() == 0 {
 		return
 	}
-	ack := seqnum.Value(th.AckNumber())
+	key, ack := h.flow(th), seqnum.Value(th.AckNumber())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	was, known := w.flows[key]

@@ -6,9 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/link"
@@ -21,16 +19,15 @@ type windowConn struct {
 	q        *txQueue
 	out      *recordingQueue
 	src, dst netip.AddrPort
-	proto    tcpip.NetworkProtocolNumber
 }
 
 func newWindowConn(t *testing.T, caps link.Capabilities, v6 bool) *windowConn {
 	out := &recordingQueue{}
 	q := newTxQueue(out, caps, 1500, new(shardCounters), ACKConfig{DisableFilter: true}, newShardClock(func() {}), newFinSACK(), newClosedWindows(), inFinWait1)
 	q.pollerAwake.Store(true)
-	c := &windowConn{t: t, q: q, out: out, src: local, dst: remote, proto: header.IPv4ProtocolNumber}
+	c := &windowConn{t: t, q: q, out: out, src: local, dst: remote}
 	if v6 {
-		c.src, c.dst, c.proto = local6, rem6, header.IPv6ProtocolNumber
+		c.src, c.dst = local6, rem6
 	}
 	return c
 }
@@ -38,7 +35,7 @@ func newWindowConn(t *testing.T, caps link.Capabilities, v6 bool) *windowConn {
 // receive hands the queue a segment from the peer.
 func (c *windowConn) receive(flags uint8, ack uint32, window uint16) {
 	f := frame.TCPFrame(frame.TCPSpec{Src: c.dst, Dst: c.src, Seq: 7000, Ack: ack, Flags: flags, Window: window})
-	c.q.windows.received(c.proto, f[header.EthernetMinimumSize:])
+	c.q.windows.received(parseRx(f))
 }
 
 // send sends a segment and returns it as it left, its checksum checked.

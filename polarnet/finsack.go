@@ -136,25 +136,18 @@ func (f *finSACK) sent(s *segment, proto tcpip.NetworkProtocolNumber, now int64,
 	return out
 }
 
-// received follows a received IP packet (Ethernet header removed) of a
-// watched flow, if it is one; f.watching must have been seen non-zero.
-func (f *finSACK) received(ethType tcpip.NetworkProtocolNumber, pkt []byte, now int64) {
-	key, th, ok := receivedTCP(ethType, pkt)
-	if !ok {
+// received follows a received packet, whose headers are h, of a watched
+// flow, if it is one; f.watching must have been seen non-zero.
+func (f *finSACK) received(h *rxHeaders, now int64) {
+	th := h.tcp()
+	if th == nil {
 		return
 	}
-	end := 0 // where the IP packet ends in pkt
-	switch ethType {
-	case header.IPv4ProtocolNumber:
-		end = int(header.IPv4(pkt).TotalLength())
-	case header.IPv6ProtocolNumber:
-		end = header.IPv6MinimumSize + int(header.IPv6(pkt).PayloadLength())
-	}
-	start := len(pkt) - len(th)
-	payload := end - start - int(th.DataOffset())
-	if end > len(pkt) || payload < 0 || th.DataOffset() < header.TCPMinimumSize {
+	payload := h.end - h.netLen - int(th.DataOffset())
+	if h.end > len(h.pkt) || payload < 0 || th.DataOffset() < header.TCPMinimumSize {
 		return
 	}
+	key := h.flow(th)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()

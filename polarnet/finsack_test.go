@@ -63,7 +63,6 @@ type sackConn struct {
 	q         *txQueue
 	out       *recordingQueue
 	src, dst  netip.AddrPort
-	ipv6      bool
 	timestamp bool // pure ACKs carry timestamps
 }
 
@@ -71,7 +70,7 @@ func newSACKConn(t *testing.T, caps link.Capabilities, v6 bool) *sackConn {
 	out := &recordingQueue{}
 	q := newTxQueue(out, caps, 1500, new(shardCounters), ACKConfig{DisableFilter: true}, newShardClock(func() {}), newFinSACK(), newClosedWindows(), inFinWait1)
 	q.pollerAwake.Store(true)
-	c := &sackConn{t: t, q: q, out: out, src: local, dst: remote, ipv6: v6}
+	c := &sackConn{t: t, q: q, out: out, src: local, dst: remote}
 	if v6 {
 		c.src, c.dst = local6, rem6
 	}
@@ -118,12 +117,8 @@ func (c *sackConn) ack(ack uint32) []byte {
 func (c *sackConn) receive(flags uint8, seq uint32, payload int, opts []byte) {
 	c.t.Helper()
 	f := frame.TCPFrame(frame.TCPSpec{Src: c.dst, Dst: c.src, Seq: seq, Ack: 501, Flags: flags, Window: 1000, Options: opts, Payload: make([]byte, payload)})
-	proto := tcpip.NetworkProtocolNumber(header.IPv4ProtocolNumber)
-	if c.ipv6 {
-		proto = header.IPv6ProtocolNumber
-	}
 	if c.q.sacks.watching.Load() != 0 {
-		c.q.sacks.received(proto, f[header.EthernetMinimumSize:], c.q.clock.now())
+		c.q.sacks.received(parseRx(f), c.q.clock.now())
 	}
 }
 

@@ -42,12 +42,22 @@ func FuzzReceivedPacketParsers(f *testing.F) {
 	addrs := []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("fd00::1/64")}
 	la := &Stack{cfg: Config{Addrs: addrs}, ownOrBroadcast: ownOrBroadcast(addrs)}
 	la.shards = make([]*shard, 3)
+	windows, sacks := newClosedWindows(), newFinSACK()
 	f.Fuzz(func(t *testing.T, ethType uint16, pkt []byte) {
-		proto := tcpip.NetworkProtocolNumber(ethType)
-		verifyTransportChecksum(proto, pkt)
-		la.martian(proto, pkt)
-		if o := la.owner(proto, pkt); o >= len(la.shards) || o < toAll {
+		h := parseIP(tcpip.NetworkProtocolNumber(ethType), pkt)
+		if h.netLen > len(pkt) || h.l4 != nil && len(pkt)-len(h.l4) != h.netLen {
+			t.Fatalf("IP headers of %d bytes, transport at %d, in %d", h.netLen, len(pkt)-len(h.l4), len(pkt))
+		}
+		verifyTransportChecksum(h)
+		la.martian(h)
+		if o := la.owner(h); o >= len(la.shards) || o < toAll {
 			t.Fatalf("owner %d of %d shards", o, len(la.shards))
+		}
+		tcpFlowHash(h)
+		windows.received(h)
+		sacks.received(h, 0)
+		if n := headerSplit(h); n > header.EthernetMinimumSize+len(pkt) {
+			t.Fatalf("split at %d of %d", n, header.EthernetMinimumSize+len(pkt))
 		}
 	})
 }

@@ -8,8 +8,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
-
-	"github.com/polarnet/polarnet/link"
 )
 
 // Receive coalescing. gVisor's TCP costs about the same per segment
@@ -58,14 +56,14 @@ func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuff
 	g.gro.Enqueue(pkt)
 }
 
-// markLone sets lone[i] for each frame of a burst that is the only one of
-// its TCP flow in the burst: GRO has nothing to merge it with, and the
-// poller delivers it directly: going through GRO for nothing costs CPU
-// (docs/benchmarks.md). Frames that
-// are not TCP, or not well formed, are never lone. keys is scratch space.
-func markLone(frames []link.RxFrame, keys []uint64, lone []bool) {
-	for i := range frames {
-		keys[i] = tcpFlowHash(frames[i])
+// markLone sets lone[i] for each frame of a burst, whose headers are
+// hs[i], that is the only one of its TCP flow in the burst: GRO has nothing
+// to merge it with, and the poller delivers it directly: going through GRO
+// for nothing costs CPU (docs/benchmarks.md). Frames that are not TCP, or
+// not well formed, are never lone. keys is scratch space.
+func markLone(hs []rxHeaders, keys []uint64, lone []bool) {
+	for i := range hs {
+		keys[i] = tcpFlowHash(&hs[i])
 	}
 	for i, key := range keys {
 		lone[i] = key != 0
@@ -81,29 +79,22 @@ func markLone(frames []link.RxFrame, keys []uint64, lone []bool) {
 // tcpFlowHash hashes a received frame's TCP flow: addresses and ports; 0
 // when it is not a TCP segment. Two flows may collide: that only sends
 // their frames through GRO.
-func tcpFlowHash(f link.RxFrame) uint64 {
-	if f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf) {
-		return 0
-	}
-	frame := f.Buf[:f.Len]
-	ethType := header.Ethernet(frame).Type()
-	pkt := frame[header.EthernetMinimumSize:]
-	proto, l4 := transportOf(ethType, pkt)
-	if tcpip.TransportProtocolNumber(proto) != header.TCPProtocolNumber || len(l4) < 4 {
+func tcpFlowHash(h *rxHeaders) uint64 {
+	if tcpip.TransportProtocolNumber(h.proto) != header.TCPProtocolNumber || len(h.l4) < 4 {
 		return 0
 	}
 	var addrs []byte
-	if ethType == header.IPv4ProtocolNumber {
-		addrs = pkt[12:20]
+	if h.ethType == header.IPv4ProtocolNumber {
+		addrs = h.pkt[12:20]
 	} else {
-		addrs = pkt[8:40]
+		addrs = h.pkt[8:40]
 	}
 	const mix = 0x9e3779b97f4a7c15 // odd: multiplying by it spreads bits
-	h := uint64(binary.LittleEndian.Uint32(l4))
+	hash := uint64(binary.LittleEndian.Uint32(h.l4))
 	for ; len(addrs) >= 8; addrs = addrs[8:] {
-		h = (h ^ binary.LittleEndian.Uint64(addrs)) * mix
+		hash = (hash ^ binary.LittleEndian.Uint64(addrs)) * mix
 	}
-	return h | 1
+	return hash | 1
 }
 
 // flush delivers every packet GRO holds.

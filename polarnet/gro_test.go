@@ -365,7 +365,11 @@ func TestMarkLone(t *testing.T) {
 		{Buf: make([]byte, 10), Len: 10}, // shorter than an Ethernet header
 		{Buf: make([]byte, 10), Len: 99}, // longer than its buffer
 	}
+	hs := make([]rxHeaders, len(burst))
+	for i := range burst {
+		hs[i].parseFrame(&burst[i])
+	}
 	keys, lone := make([]uint64, len(burst)), make([]bool, len(burst))
-	markLone(burst, keys, lone)
+	markLone(hs, keys, lone)
 	assert.Equal(t, []bool{false, true, false, true, false, false, false}, lone)
 }

@@ -20,42 +20,31 @@ const (
 	udpShard = 0
 )
 
-// owner returns the shard a received frame belongs to: toReceiver, toAll or
-// a shard index. Every shard has the stack's addresses, so anything that is
-// not a flow may be answered by whichever shard received it; only neighbour
-// information must reach them all, since each shard has its own cache.
-func (st *Stack) owner(ethType tcpip.NetworkProtocolNumber, pkt []byte) int {
-	switch ethType {
+// owner returns the shard a received frame, whose headers are h, belongs
+// to: toReceiver, toAll or a shard index. Every shard has the stack's
+// addresses, so anything that is not a flow may be answered by whichever
+// shard received it; only neighbour information must reach them all, since
+// each shard has its own cache.
+func (st *Stack) owner(h *rxHeaders) int {
+	switch h.ethType {
 	case header.ARPProtocolNumber:
-		if a := header.ARP(pkt); len(pkt) >= header.ARPSize && a.Op() == header.ARPReply {
+		if a := header.ARP(h.pkt); len(h.pkt) >= header.ARPSize && a.Op() == header.ARPReply {
 			return toAll
 		}
 		return toReceiver
-	case header.IPv4ProtocolNumber:
-		if len(pkt) < header.IPv4MinimumSize {
+	case header.IPv4ProtocolNumber, header.IPv6ProtocolNumber:
+		switch {
+		case !h.hasIP:
 			return toReceiver
-		}
-		ip := header.IPv4(pkt)
-		hl := int(ip.HeaderLength())
-		if hl < header.IPv4MinimumSize || hl > len(pkt) {
-			return toReceiver
-		}
-		if ip.More() || ip.FragmentOffset() != 0 {
-			// Reassembly needs every fragment on one shard; TCP peers set DF,
-			// so fragments are (nearly always) UDP.
+		case h.fragment:
+			// Reassembly needs every fragment on one shard; TCP peers set
+			// DF, so fragments are (nearly always) UDP. An IPv6 chain we
+			// cannot follow goes there too.
 			return udpShard
+		case h.l4 == nil:
+			return toReceiver // an IPv4 header length out of bounds
 		}
-		return st.transportOwner(ip.Protocol(), ip.SourceAddress(), ip.DestinationAddress(), pkt[hl:], false)
-	case header.IPv6ProtocolNumber:
-		if len(pkt) < header.IPv6MinimumSize {
-			return toReceiver
-		}
-		ip := header.IPv6(pkt)
-		next, l4, ok := skipIPv6Extensions(ip.NextHeader(), pkt[header.IPv6MinimumSize:])
-		if !ok {
-			return udpShard // a fragment, or a chain we cannot follow
-		}
-		return st.transportOwner(next, ip.SourceAddress(), ip.DestinationAddress(), l4, false)
+		return st.transportOwner(h.proto, h.src, h.dst, h.l4, false)
 	}
 	return toReceiver
 }
@@ -102,32 +91,19 @@ func (st *Stack) transportOwner(proto uint8, src, dst tcpip.Address, l4 []byte, 
 	return toReceiver
 }
 
-// quotedOwner finds the flow of the packet an ICMP error quotes; errors it
-// cannot attribute go to every shard (those without the flow ignore them).
+// quotedOwner finds the flow of the packet an ICMP error quotes, of
+// network protocol proto; errors it cannot attribute go to every shard
+// (those without the flow ignore them). A quoted IPv4 fragment is read as
+// if whole.
 func (st *Stack) quotedOwner(proto tcpip.NetworkProtocolNumber, quoted []byte) int {
-	switch proto {
-	case header.IPv4ProtocolNumber:
-		ip := header.IPv4(quoted)
-		if len(quoted) >= header.IPv4MinimumSize {
-			if hl := int(ip.HeaderLength()); hl >= header.IPv4MinimumSize && hl <= len(quoted) {
-				return st.quotedTransport(ip.Protocol(), ip.SourceAddress(), ip.DestinationAddress(), quoted[hl:])
-			}
-		}
-	case header.IPv6ProtocolNumber:
-		if len(quoted) >= header.IPv6MinimumSize {
-			ip := header.IPv6(quoted)
-			if next, l4, ok := skipIPv6Extensions(ip.NextHeader(), quoted[header.IPv6MinimumSize:]); ok {
-				return st.quotedTransport(next, ip.SourceAddress(), ip.DestinationAddress(), l4)
-			}
-		}
+	var q rxHeaders
+	q.parse(proto, quoted)
+	if q.netLen == 0 {
+		return toAll
 	}
-	return toAll
-}
-
-func (st *Stack) quotedTransport(proto uint8, src, dst tcpip.Address, l4 []byte) int {
-	switch tcpip.TransportProtocolNumber(proto) {
+	switch tcpip.TransportProtocolNumber(q.proto) {
 	case header.TCPProtocolNumber, header.UDPProtocolNumber:
-		return st.transportOwner(proto, src, dst, l4, true)
+		return st.transportOwner(q.proto, q.src, q.dst, q.pkt[q.netLen:], true)
 	}
 	return toAll
 }

@@ -4,44 +4,38 @@ import (
 	"net/netip"
 	"slices"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
-// martian reports whether an IP packet's source address can never be a
-// real peer: unspecified, loopback, multicast, broadcast or reserved, or one
-// of the stack's own addresses (its own packets never come from the link).
+// martian reports whether a received IP packet's source address can never
+// be a real peer: unspecified, loopback, multicast, broadcast or reserved,
+// or one of the stack's own addresses (its own packets never come from the
+// link).
 // Such packets are dropped before gVisor sees them, as Linux does with
 // rp_filter and its martian checks.
-func (st *Stack) martian(ethType tcpip.NetworkProtocolNumber, pkt []byte) bool {
+func (st *Stack) martian(h *rxHeaders) bool {
+	if !h.hasIP {
+		return false
+	}
 	var src netip.Addr
-	switch ethType {
+	switch h.ethType {
 	case header.IPv4ProtocolNumber:
-		if len(pkt) < header.IPv4MinimumSize {
-			return false
-		}
-		src = netip.AddrFrom4(header.IPv4(pkt).SourceAddress().As4())
+		src = netip.AddrFrom4(h.src.As4())
 		if src.IsUnspecified() || src.As4()[0] == 0 || src.As4()[0] >= 240 {
 			return true // 0.0.0.0/8, reserved 240/4 and the limited broadcast
 		}
 	case header.IPv6ProtocolNumber:
-		if len(pkt) < header.IPv6MinimumSize {
-			return false
-		}
-		ip := header.IPv6(pkt)
-		src = netip.AddrFrom16(ip.SourceAddress().As16())
+		src = netip.AddrFrom16(h.src.As16())
 		if src.IsUnspecified() {
 			// Duplicate address detection and router solicitation send from
 			// ::, and so do MLD reports before a link-local address is
 			// ready (RFC 3590), behind a hop-by-hop header (router alert).
-			next := ip.NextHeader()
-			if next == uint8(header.IPv6HopByHopOptionsExtHdrIdentifier) && len(pkt) > header.IPv6MinimumSize {
-				next = pkt[header.IPv6MinimumSize]
+			next := header.IPv6(h.pkt).NextHeader()
+			if next == uint8(header.IPv6HopByHopOptionsExtHdrIdentifier) && len(h.pkt) > header.IPv6MinimumSize {
+				next = h.pkt[header.IPv6MinimumSize]
 			}
 			return next != uint8(header.ICMPv6ProtocolNumber)
 		}
-	default:
-		return false
 	}
 	if src.IsLoopback() || src.IsMulticast() {
 		return true

@@ -40,6 +40,6 @@ func TestMartianUnspecifiedIPv6(t *testing.T) {
 		{"TCP behind hop-by-hop", packet(header.TCPProtocolNumber, true), true},
 		{"hop-by-hop header cut off", packet(header.ICMPv6ProtocolNumber, true)[:header.IPv6MinimumSize], true},
 	} {
-		assert.Equal(t, tc.dropped, st.martian(header.IPv6ProtocolNumber, tc.pkt), tc.name)
+		assert.Equal(t, tc.dropped, st.martian(parseIP(header.IPv6ProtocolNumber, tc.pkt)), tc.name)
 	}
 }

@@ -3,7 +3,146 @@ package polarnet
 import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/polarnet/polarnet/link"
 )
+
+// rxHeaders is what the RX path reads of a received frame, parsed once (by
+// parseFrame) and read by each check the poller makes before gVisor sees
+// the frame. It holds the headers as they came, malformed or not: each
+// reader applies its own rule to what is missing, and a frame none of them
+// drops goes to gVisor, which drops and counts what is malformed.
+type rxHeaders struct {
+	ethType tcpip.NetworkProtocolNumber
+	// pkt is what follows the Ethernet header, up to the frame's end
+	// (Ethernet padding included): an IP packet, an ARP message, or other.
+	pkt []byte
+	// hasIP: pkt holds a fixed IPv4 or IPv6 header, so src, dst and end
+	// are set.
+	hasIP    bool
+	src, dst tcpip.Address
+	// end is where the IP packet ends by its length field (IPv4 total
+	// length; IPv6 fixed header and payload length), not checked against
+	// len(pkt) or netLen.
+	end int
+	// netLen is the length of the IP headers (IPv4 header length; IPv6
+	// fixed and extension headers), 0 when they cannot be followed: no
+	// fixed header, an IPv4 header length out of bounds, or an IPv6 chain
+	// that holds a fragment header or that skipIPv6Extensions cannot
+	// follow.
+	netLen int
+	// fragment: the transport header is not to be read, the packet being
+	// an IPv4 fragment or having IPv6 extension headers that hold a
+	// fragment header or cannot be followed.
+	fragment bool
+	// proto is the protocol of what follows the IP headers (set with
+	// netLen).
+	proto uint8
+	// l4 is pkt from netLen on (Ethernet padding included; not cut at
+	// end), nil for fragments and when netLen is 0.
+	l4 []byte
+}
+
+// parseFrame reads the headers of a received frame; a frame shorter than
+// an Ethernet header or longer than its buffer reads as nothing (zero
+// rxHeaders), for the poller drops it.
+func (h *rxHeaders) parseFrame(f *link.RxFrame) {
+	if f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf) {
+		*h = rxHeaders{}
+		return
+	}
+	frame := f.Buf[:f.Len]
+	h.parse(header.Ethernet(frame).Type(), frame[header.EthernetMinimumSize:])
+}
+
+// parse reads the headers of pkt, a packet of network protocol ethType
+// (what follows an Ethernet header, or an IP packet quoted by an ICMP
+// error). Every field of h is set.
+func (h *rxHeaders) parse(ethType tcpip.NetworkProtocolNumber, pkt []byte) {
+	*h = rxHeaders{ethType: ethType, pkt: pkt}
+	switch ethType {
+	case header.IPv4ProtocolNumber:
+		h.parseIPv4()
+	case header.IPv6ProtocolNumber:
+		h.parseIPv6()
+	}
+}
+
+func (h *rxHeaders) parseIPv4() {
+	if len(h.pkt) < header.IPv4MinimumSize {
+		return
+	}
+	ip := header.IPv4(h.pkt)
+	h.hasIP = true
+	h.src, h.dst = ip.SourceAddress(), ip.DestinationAddress()
+	h.end = int(ip.TotalLength())
+	hl := int(ip.HeaderLength())
+	if hl < header.IPv4MinimumSize || hl > len(h.pkt) {
+		return
+	}
+	h.netLen, h.proto = hl, ip.Protocol()
+	if ip.More() || ip.FragmentOffset() != 0 {
+		h.fragment = true
+		return
+	}
+	h.l4 = h.pkt[hl:]
+}
+
+func (h *rxHeaders) parseIPv6() {
+	if len(h.pkt) < header.IPv6MinimumSize {
+		return
+	}
+	ip := header.IPv6(h.pkt)
+	h.hasIP = true
+	h.src, h.dst = ip.SourceAddress(), ip.DestinationAddress()
+	h.end = header.IPv6MinimumSize + int(ip.PayloadLength())
+	proto, l4, ok := skipIPv6Extensions(ip.NextHeader(), h.pkt[header.IPv6MinimumSize:])
+	if !ok {
+		h.fragment = true
+		return
+	}
+	h.netLen, h.proto, h.l4 = len(h.pkt)-len(l4), proto, l4
+}
+
+// skipIPv6Extensions walks the extension headers that may precede TCP or UDP.
+// ok is false for fragments and for chains it cannot follow.
+func skipIPv6Extensions(next uint8, b []byte) (proto uint8, l4 []byte, ok bool) {
+	for range 8 {
+		switch next {
+		case uint8(header.IPv6HopByHopOptionsExtHdrIdentifier),
+			uint8(header.IPv6RoutingExtHdrIdentifier),
+			uint8(header.IPv6DestinationOptionsExtHdrIdentifier):
+			if len(b) < 2 {
+				return 0, nil, false
+			}
+			n := (int(b[1]) + 1) * 8
+			if n > len(b) {
+				return 0, nil, false
+			}
+			next, b = b[0], b[n:]
+		case uint8(header.IPv6FragmentExtHdrIdentifier):
+			return 0, nil, false
+		default:
+			return next, b, true
+		}
+	}
+	return 0, nil, false
+}
+
+// tcp returns the TCP header of a segment that is not a fragment, at least
+// its fixed part; nil for anything else.
+func (h *rxHeaders) tcp() header.TCP {
+	if tcpip.TransportProtocolNumber(h.proto) != header.TCPProtocolNumber || len(h.l4) < header.TCPMinimumSize {
+		return nil
+	}
+	return header.TCP(h.l4)
+}
+
+// flow keys the flow of a received TCP segment whose header is th (from
+// tcp) as the segments we send on it are.
+func (h *rxHeaders) flow(th header.TCP) flowKey {
+	return flowKey{src: h.dst, dst: h.src, srcPort: th.DestinationPort(), dstPort: th.SourcePort()}
+}
 
 // Received frames keep their headers in a view of their own. gVisor's IPv4
 // and IPv6 layers take a reference to the network header's view
@@ -16,93 +155,42 @@ import (
 // view: for a shorter frame the clone costs about what the extra view would.
 const splitHeadersAbove = 256
 
-// headerSplit returns where a received Ethernet frame splits: after its
-// Ethernet, IP and TCP or UDP headers, or 0 to keep it whole.
-func headerSplit(ethType tcpip.NetworkProtocolNumber, frame []byte) int {
-	if len(frame) <= splitHeadersAbove {
+// headerSplit returns where a received Ethernet frame whose headers are h
+// splits: after its Ethernet, IP and TCP or UDP headers, or 0 to keep it
+// whole.
+func headerSplit(h *rxHeaders) int {
+	frameLen := header.EthernetMinimumSize + len(h.pkt)
+	if frameLen <= splitHeadersAbove {
 		return 0
 	}
-	n := headersLength(ethType, frame[header.EthernetMinimumSize:])
-	if n == 0 || header.EthernetMinimumSize+n == len(frame) {
+	n := headersLength(h)
+	if n == 0 || header.EthernetMinimumSize+n == frameLen {
 		return 0
 	}
 	return header.EthernetMinimumSize + n
 }
 
-// headersLength returns the length of an IP packet's network and TCP or UDP
-// headers, the Ethernet header already removed; 0 for anything else, which
-// stays in one view.
-func headersLength(ethType tcpip.NetworkProtocolNumber, pkt []byte) int {
-	proto, l4 := transportOf(ethType, pkt)
-	if l4 == nil {
-		return 0
-	}
+// headersLength returns the length of a packet's IP and TCP or UDP
+// headers; 0 for anything else, which stays in one view.
+func headersLength(h *rxHeaders) int {
 	var l4Headers int
-	switch tcpip.TransportProtocolNumber(proto) {
+	switch tcpip.TransportProtocolNumber(h.proto) {
 	case header.TCPProtocolNumber:
-		if len(l4) < header.TCPMinimumSize {
+		th := h.tcp()
+		if th == nil {
 			return 0
 		}
-		l4Headers = int(header.TCP(l4).DataOffset())
-		if l4Headers < header.TCPMinimumSize || l4Headers > len(l4) {
+		l4Headers = int(th.DataOffset())
+		if l4Headers < header.TCPMinimumSize || l4Headers > len(th) {
 			return 0
 		}
 	case header.UDPProtocolNumber:
 		l4Headers = header.UDPMinimumSize
-		if l4Headers > len(l4) {
+		if l4Headers > len(h.l4) {
 			return 0
 		}
 	default:
 		return 0
 	}
-	return len(pkt) - len(l4) + l4Headers
-}
-
-// transportOf returns an IP packet's transport protocol and what follows its
-// IP headers, the Ethernet header already removed; nil for anything else
-// (not IP, a fragment, malformed).
-func transportOf(ethType tcpip.NetworkProtocolNumber, pkt []byte) (proto uint8, l4 []byte) {
-	switch ethType {
-	case header.IPv4ProtocolNumber:
-		if len(pkt) < header.IPv4MinimumSize {
-			return 0, nil
-		}
-		ip := header.IPv4(pkt)
-		hl := int(ip.HeaderLength())
-		if hl < header.IPv4MinimumSize || hl > len(pkt) || ip.More() || ip.FragmentOffset() != 0 {
-			return 0, nil
-		}
-		return ip.Protocol(), pkt[hl:]
-	case header.IPv6ProtocolNumber:
-		if len(pkt) < header.IPv6MinimumSize {
-			return 0, nil
-		}
-		proto, l4, ok := skipIPv6Extensions(header.IPv6(pkt).NextHeader(), pkt[header.IPv6MinimumSize:])
-		if !ok {
-			return 0, nil
-		}
-		return proto, l4
-	}
-	return 0, nil
-}
-
-// receivedTCP reads a received IP packet (Ethernet header removed) as a TCP
-// segment: its flow keyed as the segments we send on it are, and its TCP
-// header; ok is false for anything else.
-func receivedTCP(ethType tcpip.NetworkProtocolNumber, pkt []byte) (key flowKey, th header.TCP, ok bool) {
-	proto, l4 := transportOf(ethType, pkt)
-	if tcpip.TransportProtocolNumber(proto) != header.TCPProtocolNumber || len(l4) < header.TCPMinimumSize {
-		return key, nil, false
-	}
-	switch ethType {
-	case header.IPv4ProtocolNumber:
-		ip := header.IPv4(pkt)
-		key.src, key.dst = ip.DestinationAddress(), ip.SourceAddress()
-	case header.IPv6ProtocolNumber:
-		ip := header.IPv6(pkt)
-		key.src, key.dst = ip.DestinationAddress(), ip.SourceAddress()
-	}
-	th = header.TCP(l4)
-	key.srcPort, key.dstPort = th.DestinationPort(), th.SourcePort()
-	return key, th, true
+	return h.netLen + l4Headers
 }

@@ -48,7 +48,10 @@ type shard struct {
 	cpu     int // pinned to this CPU; -1: not pinned
 	rx      []link.RxFrame
 	rxViews []*buffer.View
-	gro     *rxGRO // gro.go; nil when Config.DisableGRO
+	// rxHdrs are the headers of the frames in rx, parsed once a burst by
+	// deliver (rxheaders.go).
+	rxHdrs []rxHeaders
+	gro    *rxGRO // gro.go; nil when Config.DisableGRO
 	// flowKeys and lone are markLone's (gro.go) per-burst scratch and result.
 	flowKeys []uint64
 	lone     []bool
@@ -124,6 +127,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 	}
 	s.rx = make([]link.RxFrame, rxBurstSize)
 	s.rxViews = make([]*buffer.View, rxBurstSize)
+	s.rxHdrs = make([]rxHeaders, rxBurstSize)
 	s.flowKeys, s.lone = make([]uint64, rxBurstSize), make([]bool, rxBurstSize)
 	for i := range s.rx {
 		s.refill(i)
@@ -346,17 +350,21 @@ func (s *shard) sleep() bool {
 	return !s.stopped.Load()
 }
 
+// deliver passes the n frames of a burst, in rx, to the stack or to the
+// shards that own them. Each frame's headers are parsed once, up front, and
+// every check reads them from there.
 func (s *shard) deliver(n int) {
 	sharded := len(s.owner.shards) > 1
 	// One atomic add per burst, not per frame, for what every frame counts.
 	var bytes uint64
 	for i := range n {
 		bytes += uint64(s.rx[i].Len)
+		s.rxHdrs[i].parseFrame(&s.rx[i])
 	}
 	s.stats.rxFrames.Add(uint64(n))
 	s.stats.rxBytes.Add(bytes)
 	if s.gro != nil {
-		markLone(s.rx[:n], s.flowKeys[:n], s.lone[:n])
+		markLone(s.rxHdrs[:n], s.flowKeys[:n], s.lone[:n])
 	}
 	for i := range n {
 		f := &s.rx[i]
@@ -369,25 +377,25 @@ func (s *shard) deliver(n int) {
 			s.stats.rxOversize.Add(1)
 			continue
 		}
-		frame := f.Buf[:length]
-		proto := header.Ethernet(frame).Type()
-		if !f.ChecksumValid && !verifyTransportChecksum(proto, frame[header.EthernetMinimumSize:]) {
+		h := &s.rxHdrs[i]
+		if !f.ChecksumValid && !verifyTransportChecksum(h) {
 			s.stats.rxChecksum.Add(1)
 			continue
 		}
-		if s.owner.martian(proto, frame[header.EthernetMinimumSize:]) {
+		if s.owner.martian(h) {
 			s.stats.rxMartian.Add(1)
 			continue
 		}
-		s.owner.windows.received(proto, frame[header.EthernetMinimumSize:])
+		s.owner.windows.received(h)
 		if sacks := s.owner.sacks; sacks.watching.Load() != 0 {
-			sacks.received(proto, frame[header.EthernetMinimumSize:], s.clock.now())
+			sacks.received(h, s.clock.now())
 		}
 		dst := toReceiver
 		if sharded {
-			dst = s.owner.owner(proto, frame[header.EthernetMinimumSize:])
+			dst = s.owner.owner(h)
 		}
-		payload := s.payload(i, length, headerSplit(proto, frame))
+		proto := h.ethType
+		payload := s.payload(i, length, headerSplit(h))
 		switch dst {
 		case toReceiver, s.id:
 			s.deliverPayload(proto, payload, !s.lone[i])
@@ -498,4 +506,5 @@ func (s *shard) releaseRx() {
 		s.rxViews[i] = nil
 		s.rx[i] = link.RxFrame{}
 	}
+	clear(s.rxHdrs)
 }
