@@ -16,6 +16,95 @@ import (
 // delay budget, holds a pure ACK (ackhold.go) so that an answer can carry
 // it: a delayed ACK at the link layer.
 
+// ackFilter is the TX queue's ACK filter: it owns what it remembers of each
+// flow, the ACKs it holds and the timer that sends them once their delay is
+// up. The TX queue calls it under its lock, at every flush: reclaim, to put
+// the held ACKs of the batch's flows back into it; mark, before the write;
+// written, after it. When the timer fires, the queue takes its lock and
+// calls expired. The queue has none when ACKConfig.DisableFilter is set.
+type ackFilter struct {
+	stats *shardCounters
+	clock *shardClock
+	delay time.Duration // 0: pure ACKs are never held
+	// holdBytes: a pure ACK is held up to delay while it acknowledges less
+	// than this much beyond the flow's last ACK sent (two full-sized
+	// segments), and only briefly past that.
+	holdBytes uint32
+	history   map[flowKey]flowHistory
+	held      ackHolds
+	// drop and hold are, per packet of the batch being flushed, whether
+	// mark dropped or held it; brief, of the held, whether in the brief tier.
+	drop, hold, brief []bool
+	// reclaimed is scratch space for held ACKs going back into a batch.
+	reclaimed []heldACK
+	// timer calls fire, the TX queue's, when the first held ACK is due.
+	timer    tcpip.Timer
+	fire     func()
+	armed    bool
+	armedFor int64 // when the armed timer fires (shard clock)
+}
+
+// newACKFilter returns the ACK filter ack configures for a link of the given
+// MTU, nil when it is disabled. fire is called from the shard clock's timer
+// when held ACKs are due; it must take the TX queue's lock and call expired.
+func newACKFilter(ack ACKConfig, mtu int, stats *shardCounters, clock *shardClock, fire func()) *ackFilter {
+	if ack.DisableFilter {
+		return nil
+	}
+	f := &ackFilter{
+		stats:     stats,
+		clock:     clock,
+		delay:     max(ack.Delay, 0),
+		holdBytes: 2 * uint32(max(mtu-header.IPv4MinimumSize-header.TCPMinimumSize, 1)),
+		history:   make(map[flowKey]flowHistory),
+		fire:      fire,
+	}
+	f.scratch(txBatchSize)
+	f.held = newACKHolds(f.delay, min(f.delay, ackBriefDelay))
+	return f
+}
+
+// scratch makes the per-batch scratch space hold n packets.
+func (f *ackFilter) scratch(n int) {
+	if n <= len(f.drop) {
+		return
+	}
+	f.drop, f.hold, f.brief = make([]bool, n), make([]bool, n), make([]bool, n)
+}
+
+// mark decides on the pure ACKs of segs, a batch about to be written: it
+// drops those a later segment makes redundant and, with a delay, holds
+// those that may wait for a segment to carry them (see withheld).
+func (f *ackFilter) mark(segs []segment) {
+	n := len(segs)
+	f.scratch(n)
+	drop, hold := f.drop[:n], f.hold[:n]
+	clear(drop)
+	clear(hold)
+	f.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, f.history)))
+	if f.delay > 0 {
+		f.holdACKs(segs, drop, hold, f.brief[:n])
+	}
+}
+
+// withheld reports whether mark dropped or held packet i of the batch: it
+// is not written.
+func (f *ackFilter) withheld(i int) bool { return f.drop[i] || f.hold[i] }
+
+// written follows the write of the batch mark saw: it remembers the ACKs
+// that left (the unsent, which a full ring refused, did not), holds what
+// mark chose to hold and arms the timer. The held packets leave pending,
+// where their entries are set to nil: their references are the filter's.
+func (f *ackFilter) written(pending []*stack.PacketBuffer, segs []segment, unsent []bool) {
+	drop, hold := f.drop[:len(segs)], f.hold[:len(segs)]
+	for i := range hold {
+		drop[i] = drop[i] || hold[i] || unsent[i]
+	}
+	remember(segs, drop, f.history)
+	f.keep(pending, segs)
+	f.arm()
+}
+
 // flowKey names a TCP flow as seen on the segments we send.
 type flowKey struct {
 	src, dst         tcpip.Address
@@ -44,6 +133,10 @@ type segment struct {
 	// SACK blocks (finsack.go), sent instead of the packet's views;
 	// network and transport are then its headers.
 	frame []byte
+	// heldAt is the ACK filter's, which the TX queue carries along with
+	// the packet: when the flow's ACK was first held (shard clock); 0: not
+	// held.
+	heldAt int64
 }
 
 // pureACK reports whether s carries nothing but an acknowledgement.
@@ -138,7 +231,7 @@ func supersedes(b, a *segment) bool {
 // makes redundant, and returns how many it marked. The later segment takes
 // over the dropped ACK's hold time (heldAt), so that a flow's ACKs are
 // never held longer than the delay however often they supersede each other.
-func filterACKs(segs []segment, drop []bool, heldAt []int64, history map[flowKey]flowHistory) int {
+func filterACKs(segs []segment, drop []bool, history map[flowKey]flowHistory) int {
 	n := 0
 	for i := range segs {
 		a := &segs[i]
@@ -152,8 +245,8 @@ func filterACKs(segs []segment, drop []bool, heldAt []int64, history map[flowKey
 			if supersedes(&segs[j], a) {
 				drop[i] = true
 				n++
-				if at := heldAt[i]; at != 0 && (heldAt[j] == 0 || at < heldAt[j]) {
-					heldAt[j] = at
+				if at, b := a.heldAt, &segs[j]; at != 0 && (b.heldAt == 0 || at < b.heldAt) {
+					b.heldAt = at
 				}
 				break
 			}

@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"sync"
@@ -209,8 +210,9 @@ func TestACKFilterNeverDrops(t *testing.T) {
 		assert.Equal(t, []uint32{200, 300}, rq.acks(), "the first ACKs of a flow the filter has not seen pass")
 	})
 	t.Run("filter off", func(t *testing.T) {
-		got, _ := batch(t, ACKConfig{DisableFilter: true}, 500, seg{port: 1, flags: ack, ack: 200, window: 500}, seg{port: 1, flags: ack, ack: 300, window: 500})
+		got, q := batch(t, ACKConfig{DisableFilter: true}, 500, seg{port: 1, flags: ack, ack: 200, window: 500}, seg{port: 1, flags: ack, ack: 300, window: 500})
 		assert.Equal(t, []uint32{200, 300}, got)
+		assert.Nil(t, q.acks, "a disabled filter is none")
 	})
 }
 
@@ -310,7 +312,7 @@ func TestACKDelayHoldsManyFlows(t *testing.T) {
 	send(t, q, acks...)
 	assert.Equal(t, warm, len(rq.acks()), "every flow's ACK is held")
 	assert.Equal(t, uint64(flows), q.stats.ackHeld.Load())
-	assert.Equal(t, flows, q.held.len())
+	assert.Equal(t, flows, q.acks.held.len())
 
 	// Answers come in another order than the ACKs were held.
 	slices.Reverse(answers)
@@ -320,7 +322,7 @@ func TestACKDelayHoldsManyFlows(t *testing.T) {
 		assert.Len(t, th.Payload(), 64)
 	}
 	assert.Equal(t, uint64(flows), q.stats.ackFiltered.Load())
-	assert.Zero(t, q.held.len())
+	assert.Zero(t, q.acks.held.len())
 	q.Close()
 }
 
@@ -330,8 +332,8 @@ func TestACKDelayHoldsManyFlows(t *testing.T) {
 func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 	got, q := batch(t, ACKConfig{Delay: time.Hour}, 500, seg{port: 1, flags: ack, ack: 100 + 2*1460, window: 500})
 	require.Empty(t, got)
-	assert.Equal(t, 1, q.held.len())
-	assert.Len(t, q.held.tiers[holdBrief].index, 1, "two segments' worth waits briefly")
+	assert.Equal(t, 1, q.acks.held.len())
+	assert.Len(t, q.acks.held.tiers[holdBrief].index, 1, "two segments' worth waits briefly")
 	rq := q.queue.(*recordingQueue)
 	require.Eventually(t, func() bool {
 		q.clock.runDue(q.clock.read())
@@ -342,12 +344,12 @@ func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 
 	got, q = batch(t, ACKConfig{Delay: time.Hour}, 500, seg{port: 1, flags: ack, ack: 100 + 2*1460 - 1, window: 500})
 	assert.Empty(t, got, "less is held")
-	assert.Len(t, q.held.tiers[holdLong].index, 1, "for the whole delay")
+	assert.Len(t, q.acks.held.tiers[holdLong].index, 1, "for the whole delay")
 	// The next ACK counts from the last one sent, not the held one: it
 	// replaces the held one, and waits briefly at most.
 	send(t, q, seg{port: 1, flags: ack, ack: 100 + 2*1460, window: 500})
 	assert.Equal(t, uint64(1), q.stats.ackFiltered.Load(), "the held one was dropped")
-	assert.Empty(t, q.held.tiers[holdLong].index)
+	assert.Empty(t, q.acks.held.tiers[holdLong].index)
 	rq = q.queue.(*recordingQueue)
 	require.Eventually(t, func() bool {
 		q.clock.runDue(q.clock.read())
@@ -367,7 +369,7 @@ func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 		return len(rq.acks()) == 4
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint32(100+2*1460), rq.acks()[3])
-	assert.Len(t, q.held.tiers[holdLong].index, 1, "port 1's ACK still waits")
+	assert.Len(t, q.acks.held.tiers[holdLong].index, 1, "port 1's ACK still waits")
 	q.Close()
 }
 
@@ -377,13 +379,13 @@ func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 func TestACKDelayKeepsFirstHoldTime(t *testing.T) {
 	got, q := batch(t, ACKConfig{Delay: time.Hour}, 500, seg{port: 1, flags: ack, ack: 200, window: 500})
 	require.Empty(t, got)
-	first := q.held.tiers[holdLong].oldest().since
+	first := q.acks.held.tiers[holdLong].oldest().seg.heldAt
 	require.NotZero(t, first)
 	for ackNo := uint32(300); ackNo < 1000; ackNo += 100 {
 		send(t, q, seg{port: 1, flags: ack, ack: ackNo, window: 500})
-		require.Equal(t, 1, q.held.len())
-		assert.Equal(t, ackNo, uint32(q.held.tiers[holdLong].oldest().seg.ack))
-		assert.Equal(t, first, q.held.tiers[holdLong].oldest().since)
+		require.Equal(t, 1, q.acks.held.len())
+		assert.Equal(t, ackNo, uint32(q.acks.held.tiers[holdLong].oldest().seg.ack))
+		assert.Equal(t, first, q.acks.held.tiers[holdLong].oldest().seg.heldAt)
 	}
 	q.Close()
 }
@@ -459,7 +461,7 @@ func TestACKDelayLongOnlyWhereAnswered(t *testing.T) {
 	q := newQueue(rq, ACKConfig{Delay: time.Millisecond})
 	send(t, q, seg{port: 1, flags: ack, ack: 100, window: 500})
 	send(t, q, seg{port: 1, flags: ack, ack: 200, window: 500})
-	assert.Len(t, q.held.tiers[holdBrief].index, 1, "a flow that never sent data: brief")
+	assert.Len(t, q.acks.held.tiers[holdBrief].index, 1, "a flow that never sent data: brief")
 	require.Eventually(t, func() bool {
 		q.clock.runDue(q.clock.read())
 		return len(rq.acks()) == 2
@@ -467,13 +469,57 @@ func TestACKDelayLongOnlyWhereAnswered(t *testing.T) {
 
 	send(t, q, seg{port: 1, flags: ackPsh, ack: 200, window: 500, payload: 64})
 	send(t, q, seg{port: 1, flags: ack, ack: 300, window: 500})
-	assert.Len(t, q.held.tiers[holdLong].index, 1, "once it answers: long")
+	assert.Len(t, q.acks.held.tiers[holdLong].index, 1, "once it answers: long")
 	require.Eventually(t, func() bool {
 		q.clock.runDue(q.clock.read())
 		return len(rq.acks()) == 4
 	}, 5*time.Second, time.Millisecond, "out when the delay is up")
 
 	send(t, q, seg{port: 1, flags: ack, ack: 400, window: 500})
-	assert.Len(t, q.held.tiers[holdBrief].index, 1, "no answer came: brief again")
+	assert.Len(t, q.acks.held.tiers[holdBrief].index, 1, "no answer came: brief again")
 	q.Close()
+}
+
+// failingWrites refuses every burst with err.
+type failingWrites struct {
+	recordingQueue
+	err error
+}
+
+func (f *failingWrites) WriteBurst([]link.TxFrame) (int, error) { return 0, f.err }
+
+// TestTxQueueWriteMeters: every link write is counted in the TX batch
+// histogram, and a failed one is logged, unless the link is closed.
+func TestTxQueueWriteMeters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		logged int
+	}{
+		{"written", nil, 0},
+		{"failed", errors.New("device gone"), 1},
+		{"closed", link.ErrClosed, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lq link.Queue = &recordingQueue{}
+			if tc.err != nil {
+				lq = &failingWrites{err: tc.err}
+			}
+			q := newQueue(lq, ACKConfig{DisableFilter: true})
+			var refused []int
+			q.logWriteError = func(err error, n int) {
+				assert.Equal(t, tc.err, err)
+				refused = append(refused, n)
+			}
+			send(t, q, seg{port: 1, flags: ackPsh, ack: 100, window: 500, payload: 10}, seg{port: 1, flags: ackPsh, ack: 101, window: 500, payload: 10})
+			batches := q.stats.m.txBatch.snapshot()
+			assert.Equal(t, uint64(1), batches.Count())
+			assert.Equal(t, uint64(2), batches.Sum)
+			assert.Len(t, refused, tc.logged)
+			if tc.logged > 0 {
+				assert.Equal(t, []int{2}, refused)
+				assert.Equal(t, uint64(2), q.stats.txErrors.Load())
+			}
+		})
+	}
 }

@@ -169,25 +169,6 @@ func (s *shard) burstDoneSlow(start int64, n int, err error) {
 	}
 }
 
-// meterTx puts a counting wrapper around the queue the TX queue writes to:
-// it records batch sizes and logs write errors.
-func (s *shard) meterTx() { s.tx.queue = &meteredQueue{Queue: s.tx.queue, s: s} }
-
-// meteredQueue observes WriteBurst calls of a shard's TX queue.
-type meteredQueue struct {
-	link.Queue
-	s *shard
-}
-
-func (q *meteredQueue) WriteBurst(frames []link.TxFrame) (int, error) {
-	n, err := q.Queue.WriteBurst(frames)
-	q.s.stats.m.txBatch.observe(uint64(len(frames)))
-	if err != nil && !errors.Is(err, link.ErrClosed) {
-		q.s.logTxError(err, len(frames)-n)
-	}
-	return n, err
-}
-
 // addMetrics completes st, whose link-level counters are taken: each
 // shard's ShardMetrics, read after every shard's counters so that those
 // are read as close together as they were, their total, and the link's.
@@ -217,9 +198,7 @@ func (s *shard) metrics(out *ShardMetrics) {
 	out.TLPRecovery = st.TCP.TLPRecovery.Value()
 	out.SpuriousRecovery = st.TCP.SpuriousRecovery.Value()
 	out.TxBatch = m.txBatch.snapshot()
-	s.tx.mu.Lock()
-	out.TxQueued = uint64(len(s.tx.pending) + s.tx.held.len())
-	s.tx.mu.Unlock()
+	out.TxQueued = uint64(s.tx.queued())
 	for _, r := range s.in {
 		if r != nil {
 			out.HandoffQueued += r.tail.Load() - r.head.Load()

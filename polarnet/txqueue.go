@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,47 +21,35 @@ const txBatchSize = 64
 // packet, it collects them and writes them to the link queue in bursts. The
 // shard's poller flushes it once per poll iteration; while the poller sleeps
 // the writer flushes at once, so a packet never waits for a wakeup. On the
-// way out the ACK filter drops pure ACKs a later segment makes redundant, and
-// may hold a pure ACK back for a segment to carry it (ackfilter.go).
+// way out its ACK filter (ackFilter, which owns its state and timer) drops
+// pure ACKs a later segment makes redundant, and may hold a pure ACK back
+// for a segment to carry it.
 type txQueue struct {
 	queue    link.Queue
 	linkCaps link.Capabilities
 	stats    *shardCounters
-	filter   bool
-	delay    time.Duration // 0: pure ACKs are never held
-	// holdBytes: a pure ACK is held up to delay while it acknowledges less
-	// than this much beyond the flow's last ACK sent (two full-sized
-	// segments), and only briefly past that.
-	holdBytes uint32
-	clock     *shardClock
+	clock    *shardClock
+	// logWriteError logs a failed link write and how many frames it
+	// refused; the shard sets it (nil: not logged).
+	logWriteError func(err error, refused int)
 
 	// pollerAwake is set while the poller runs iterations (and will flush).
 	pollerAwake atomic.Bool
 
 	mu      sync.Mutex
 	pending []*stack.PacketBuffer
-	// heldAt is, per pending packet, when its flow's ACK was first held
-	// (shard clock); 0: not held.
-	heldAt []int64
 	// segs is, per pending packet, its headers as parsed when queued:
 	// outside the lock, once, however many flushes the packet waits for.
 	segs []segment
-	held ackHolds
+	// acks is the ACK filter, nil when disabled; the ACKs it holds are not
+	// pending.
+	acks *ackFilter
 	// retrying counts the packets at the front of pending that a full ring
 	// refused in the last flush.
 	retrying int
 	frames   []link.TxFrame
 	iovecs   [][]byte
-	drop     []bool
-	hold     []bool
-	brief    []bool // of the held: in the brief tier
-	history  map[flowKey]flowHistory
-	timer    tcpip.Timer // flushes held ACKs when their delay is up
-	armed    bool
-	armedFor int64 // when the armed timer fires (shard clock)
 	closed   bool
-	// reclaimed is scratch space for held ACKs brought back into a flush.
-	reclaimed []heldACK
 	// fragmenting is set while gVisor is queueing a fragmented datagram:
 	// the queue flushes only after its last fragment (see txfrag.go), or
 	// once fragmentWait has passed since the first, should the rest never
@@ -93,32 +82,22 @@ var _ stack.QueueingDiscipline = (*txQueue)(nil)
 
 func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCounters, ack ACKConfig, clock *shardClock, sacks *finSACK, windows *closedWindows, finWait func(tcpip.NetworkProtocolNumber, flowKey) bool) *txQueue {
 	t := &txQueue{
-		queue:     q,
-		linkCaps:  caps,
-		stats:     stats,
-		filter:    !ack.DisableFilter,
-		holdBytes: 2 * uint32(max(mtu-header.IPv4MinimumSize-header.TCPMinimumSize, 1)),
-		clock:     clock,
-		pending:   make([]*stack.PacketBuffer, 0, txBatchSize),
-		heldAt:    make([]int64, 0, txBatchSize),
-		segs:      make([]segment, 0, txBatchSize),
-		frames:    make([]link.TxFrame, txBatchSize),
-		iovecs:    make([][]byte, 0, 4*txBatchSize),
-		drop:      make([]bool, txBatchSize),
-		hold:      make([]bool, txBatchSize),
-		brief:     make([]bool, txBatchSize),
-		sent:      make([]int, txBatchSize),
-		unsent:    make([]bool, txBatchSize),
-		history:   make(map[flowKey]flowHistory),
-		sacks:     sacks,
-		finWait:   finWait,
-		tails:     newTailProbes(windows),
-		windows:   windows,
+		queue:    q,
+		linkCaps: caps,
+		stats:    stats,
+		clock:    clock,
+		pending:  make([]*stack.PacketBuffer, 0, txBatchSize),
+		segs:     make([]segment, 0, txBatchSize),
+		frames:   make([]link.TxFrame, txBatchSize),
+		iovecs:   make([][]byte, 0, 4*txBatchSize),
+		sent:     make([]int, txBatchSize),
+		unsent:   make([]bool, txBatchSize),
+		sacks:    sacks,
+		finWait:  finWait,
+		tails:    newTailProbes(windows),
+		windows:  windows,
 	}
-	if t.filter && ack.Delay > 0 {
-		t.delay = ack.Delay
-	}
-	t.held = newACKHolds(t.delay, min(t.delay, ackBriefDelay))
+	t.acks = newACKFilter(ack, mtu, stats, clock, t.release)
 	return t
 }
 
@@ -135,10 +114,9 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		return &tcpip.ErrClosedForSend{}
 	}
 	for _, c := range q.tails.observe(pkt, &seg, q.clock) {
-		q.pending, q.heldAt, q.segs = append(q.pending, c), append(q.heldAt, 0), append(q.segs, parseSegment(c))
+		q.pending, q.segs = append(q.pending, c), append(q.segs, parseSegment(c))
 	}
 	q.pending = append(q.pending, pkt.IncRef())
-	q.heldAt = append(q.heldAt, 0)
 	q.segs = append(q.segs, seg)
 	if q.linkCaps&link.CapTXChecksum != 0 {
 		f, isFragment := fragmentOfHeader(pkt.NetworkProtocolNumber, seg.network)
@@ -170,22 +148,21 @@ func (q *txQueue) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	if q.timer != nil {
-		q.timer.Stop()
-	}
 	for i, pkt := range q.pending {
 		pkt.DecRef()
 		q.pending[i] = nil
 	}
 	clear(q.segs)
-	q.pending, q.heldAt, q.segs = q.pending[:0], q.heldAt[:0], q.segs[:0]
+	q.pending, q.segs = q.pending[:0], q.segs[:0]
 	q.retrying = 0
-	q.held.releaseAll()
+	if q.acks != nil {
+		q.acks.close()
+	}
 	q.tails.releaseAll()
 }
 
 // flush writes out what is pending; the poller calls it every iteration.
-// Held ACKs are not pending: they are left to their timer.
+// Held ACKs are not pending: they are left to the ACK filter's timer.
 func (q *txQueue) flush() {
 	q.mu.Lock()
 	if len(q.pending) > 0 && (!q.fragmenting || time.Since(q.fragmentingSince) > fragmentWait) {
@@ -202,38 +179,46 @@ const fragmentWait = 50 * time.Millisecond
 
 // scratch makes the per-flush scratch space hold n packets.
 func (q *txQueue) scratch(n int) {
-	if n <= len(q.drop) {
+	if n <= len(q.unsent) {
 		return
 	}
-	q.drop, q.hold, q.brief = make([]bool, n), make([]bool, n), make([]bool, n)
 	q.frames, q.sent, q.unsent = make([]link.TxFrame, n), make([]int, n), make([]bool, n)
 }
 
+// flushLocked writes out the batch: the ACK filter brings back into it the
+// ACKs it holds for the batch's flows and marks what it drops or holds, and
+// what a full ring refuses waits for the next flush.
 func (q *txQueue) flushLocked() {
 	if q.pendingFragments {
 		completeFragmentedUDP(q.pending)
 		q.pendingFragments = false
 	}
-	if q.filter {
-		q.reclaimHeld()
+	if q.acks != nil {
+		q.putBack(q.acks.reclaim(q.segs))
 	}
 	n := len(q.pending)
 	q.scratch(n)
-	segs, drop, hold, brief, unsent := q.segs[:n], q.drop[:n], q.hold[:n], q.brief[:n], q.unsent[:n]
-	clear(drop)
-	clear(hold)
+	segs, unsent := q.segs[:n], q.unsent[:n]
 	clear(unsent)
-	if q.filter {
-		q.stats.ackFiltered.Add(uint64(filterACKs(segs, drop, q.heldAt, q.history)))
-		if q.delay > 0 {
-			q.holdACKs(segs, drop, hold, brief)
-		}
+	if q.acks != nil {
+		q.acks.mark(segs)
 	}
+	if frames, sent := q.gather(segs); len(frames) > 0 {
+		q.write(frames, sent, unsent)
+	}
+	if q.acks != nil {
+		q.acks.written(q.pending, segs, unsent)
+	}
+	q.keepUnsent(unsent)
+}
 
+// gather makes the frames to write of the pending packets the ACK filter
+// does not withhold; sent[i] is frame i's pending index.
+func (q *txQueue) gather(segs []segment) (frames []link.TxFrame, sent []int) {
 	q.iovecs = q.iovecs[:0]
-	frames, sent := q.frames[:0], q.sent[:0]
+	frames, sent = q.frames[:0], q.sent[:0]
 	for i, pkt := range q.pending {
-		if drop[i] || hold[i] {
+		if q.acks != nil && q.acks.withheld(i) {
 			continue
 		}
 		start := len(q.iovecs)
@@ -254,175 +239,75 @@ func (q *txQueue) flushLocked() {
 		frames = append(frames, link.TxFrame{Segs: q.iovecs[start:len(q.iovecs):len(q.iovecs)], Offload: q.offload(pkt, &segs[i])})
 		sent = append(sent, i)
 	}
-	if len(frames) > 0 {
-		q.write(frames, sent, unsent)
-	}
-	if q.filter {
-		for i := range hold {
-			drop[i] = drop[i] || hold[i] || unsent[i]
-		}
-		remember(segs, drop, q.history)
-	}
+	return frames, sent
+}
 
-	// Hold the held, keep the unsent, in order, for the next flush.
+// keepUnsent keeps the packets a full ring refused, in order, for the next
+// flush, and lets go of the others. The ACKs the filter now holds are no
+// longer pending: their entries are nil.
+func (q *txQueue) keepUnsent(unsent []bool) {
 	kept := 0
 	for i, pkt := range q.pending {
 		switch {
-		case hold[i]:
-			tier := holdLong
-			if brief[i] {
-				tier = holdBrief
-			}
-			q.held.push(tier, heldACK{pkt: pkt, seg: segs[i], since: q.heldAt[i]})
 		case unsent[i]:
-			q.pending[kept], q.heldAt[kept], segs[kept] = pkt, q.heldAt[i], segs[i]
+			q.pending[kept], q.segs[kept] = pkt, q.segs[i]
 			kept++
-		default:
+		case pkt != nil:
 			pkt.DecRef()
 		}
 	}
 	clear(q.pending[kept:])
-	clear(segs[kept:]) // their header slices would keep sent packets' buffers from the GC
-	q.pending, q.heldAt, q.segs = q.pending[:kept], q.heldAt[:kept], q.segs[:kept]
+	clear(q.segs[kept:]) // their header slices would keep sent packets' buffers from the GC
+	q.pending, q.segs = q.pending[:kept], q.segs[:kept]
 	q.retrying = kept
-	q.armLocked()
 }
 
-// reclaimHeld brings back into the batch the held ACKs
-// of the flows it sends on, for the filter to weigh them against what
-// follows: mostly, a later segment carries them and they are dropped.
-func (q *txQueue) reclaimHeld() {
-	if q.held.len() == 0 {
-		return
-	}
-	back := q.reclaimed[:0]
-	for i := range q.pending {
-		if s := &q.segs[i]; s.tcp {
-			if e, ok := q.held.take(s.flow); ok {
-				back = append(back, e)
-			}
-		}
-	}
-	q.putBack(back)
-	clear(back)
-	q.reclaimed = back[:0]
-}
-
-// putBack returns held ACKs to the pending packets, where they belong in
-// each flow's order: after the packets a full ring refused in an earlier
-// flush, which gVisor made before them, and before any packet queued since.
+// putBack moves held ACKs back into pending, where they belong in each
+// flow's order: after the packets a full ring refused in an earlier flush,
+// which gVisor made before them, and before any packet queued since. It
+// clears back, whose references are the batch's now.
 func (q *txQueue) putBack(back []heldACK) {
 	at, n, k := q.retrying, len(q.pending), len(back)
 	if k == 0 {
 		return
 	}
 	for range k {
-		q.pending, q.heldAt, q.segs = append(q.pending, nil), append(q.heldAt, 0), append(q.segs, segment{})
+		q.pending, q.segs = append(q.pending, nil), append(q.segs, segment{})
 	}
 	copy(q.pending[at+k:], q.pending[at:n])
-	copy(q.heldAt[at+k:], q.heldAt[at:n])
 	copy(q.segs[at+k:], q.segs[at:n])
 	for j, e := range back {
-		q.pending[at+j], q.heldAt[at+j], q.segs[at+j] = e.pkt, e.since, e.seg
+		q.pending[at+j], q.segs[at+j] = e.pkt, e.seg
 	}
+	clear(back)
 	q.retrying += k
 }
 
-// holdACKs marks the pure ACKs to hold back: the last segment of their flow
-// in the batch, allowed to be elided, and not yet held for their tier's
-// delay. One that acknowledges two full-sized segments or more is held only
-// briefly (brief): a receiver should not wait longer (RFC 5681 4.2), but a
-// request of a few segments is mostly answered within microseconds. So is
-// one on a flow that has not answered since its last long hold ran out.
-func (q *txQueue) holdACKs(segs []segment, drop, hold, brief []bool) {
-	now := q.clock.now()
-	holding := q.held.len()
-	for i := range segs {
-		a := &segs[i]
-		brief[i] = false
-		if drop[i] || !a.pureACK() || holding >= maxHeldACKs {
-			continue
-		}
-		last, known := q.history[a.flow]
-		if !mayElide(a, last, known) {
-			continue
-		}
-		tier := holdLong
-		if !last.answers || uint32(a.ack-last.ack) >= q.holdBytes {
-			tier = holdBrief
-		}
-		if at := q.heldAt[i]; at != 0 && time.Duration(now-at) >= q.held.tiers[tier].delay {
-			continue
-		}
-		if laterOfFlow(segs, drop, i) {
-			continue
-		}
-		hold[i], brief[i] = true, tier == holdBrief
-		holding++
-		q.stats.ackHeld.Add(1)
-		if q.heldAt[i] == 0 {
-			q.heldAt[i] = now
-		}
-	}
-}
-
-// laterOfFlow reports whether a segment after segs[i] in the batch, still
-// to be sent, belongs to its flow.
-func laterOfFlow(segs []segment, drop []bool, i int) bool {
-	for j := i + 1; j < len(segs); j++ {
-		if !drop[j] && segs[j].tcp && segs[j].flow.same(&segs[i].flow) {
-			return true
-		}
-	}
-	return false
-}
-
-// armLocked sets the timer for the first held ACK due, unless it is set for
-// that time or earlier.
-func (q *txQueue) armLocked() {
-	when, ok := q.held.next()
-	if !ok || q.armed && q.armedFor <= when {
-		return
-	}
-	q.armed, q.armedFor = true, when
-	wait := max(time.Duration(when-q.clock.now()), 1)
-	if q.timer == nil {
-		q.timer = q.clock.afterFuncExact(wait, q.release)
-	} else {
-		q.timer.Reset(wait)
-	}
-}
-
-// release sends the held ACKs whose delay is up; the shard's clock calls
-// it on the poller.
+// release sends the held ACKs whose delay is up: the ACK filter's timer
+// calls it, from the shard's clock on the poller.
 func (q *txQueue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.armed = false
 	if q.closed {
 		return
 	}
-	due := q.held.due(q.clock.now(), q.reclaimed[:0])
-	for _, e := range due {
-		if h, ok := q.history[e.seg.flow]; ok && e.long {
-			h.answers = false
-			q.history[e.seg.flow] = h
-		}
-	}
-	q.putBack(due)
-	clear(due)
-	q.reclaimed = due[:0]
+	q.putBack(q.acks.expired())
 	if len(q.pending) > 0 && !q.fragmenting {
 		q.flushLocked()
 	}
-	q.armLocked()
+	q.acks.arm()
 }
 
-// write hands frames to the link. When its ring is full, the packets of the
+// write hands frames to the link, and counts the write in the shard's
+// stats and TX batch histogram. When its ring is full, the packets of the
 // frames it refused (sent[i] is frame i's pending index) are marked unsent,
 // to go out with the next flush, as long as the backlog stays bounded.
 func (q *txQueue) write(frames []link.TxFrame, sent []int, unsent []bool) {
 	n, err := q.queue.WriteBurst(frames)
+	q.stats.m.txBatch.observe(uint64(len(frames)))
+	if err != nil && !errors.Is(err, link.ErrClosed) && q.logWriteError != nil {
+		q.logWriteError(err, len(frames)-n)
+	}
 	var bytes uint64
 	for i := range n {
 		bytes += uint64(frames[i].Len())
@@ -444,6 +329,18 @@ func (q *txQueue) write(frames []link.TxFrame, sent []int, unsent []bool) {
 		}
 	}
 	clear(frames)
+}
+
+// queued is how many packets wait: the pending ones and the ACKs the
+// filter holds.
+func (q *txQueue) queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.pending)
+	if q.acks != nil {
+		n += q.acks.held.len()
+	}
+	return n
 }
 
 // backlogged reports whether packets wait for room in the link's ring.
