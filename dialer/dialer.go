@@ -22,9 +22,11 @@ import (
 	"time"
 
 	"github.com/polarnet/polarnet/internal/netaddr"
-	// The pure-Go links register themselves for POLARNET_LINK (see package
-	// link, Registration); the cgo links need the program's own import.
+	// Every link registers itself for POLARNET_LINK (see package link,
+	// Registration); DPDK and RDMA are real in builds with their tag.
 	_ "github.com/polarnet/polarnet/link/afxdp"
+	_ "github.com/polarnet/polarnet/link/dpdk"
+	_ "github.com/polarnet/polarnet/link/rdma"
 	_ "github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )

@@ -11,14 +11,10 @@
 // A link kind is selectable with POLARNET_LINK when its package is linked
 // into the binary: every link package calls Register from init, and
 // polarnet.NewFromEnv opens the kind with Open. Packages dialer and listener
-// import the pure-Go links (link/tap, link/afxdp), so any program using them
-// can switch to those with the environment alone. The cgo links (link/dpdk,
-// link/rdma) need a build tag and so a deliberate choice: build with the tag
-// and import the package, blank if nothing else of it is used, so that pure-Go
-// builds never link cgo:
-//
-//	import _ "github.com/polarnet/polarnet/link/dpdk" // go build -tags dpdk
-//
-// In a build without its tag such a package registers nothing and its New
-// returns an error wrapping ErrNotSupported.
+// import every link, so any program using them switches with the
+// environment alone. The build decides what DPDK and RDMA are: with the
+// build tag (go build -tags dpdk, -tags rdma; cgo) the real link, without
+// it a pure-Go stub whose New, and POLARNET_LINK, return an error wrapping
+// ErrNotSupported that says how to build with it. A program that opens
+// links itself imports the packages it uses, as any Go package.
 package link

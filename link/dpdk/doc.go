@@ -19,10 +19,9 @@
 // two polarnet ends of a net_memif link) a doorbell. rte_flow isolated mode
 // leaves a bifurcated NIC's other traffic with the kernel.
 //
-// Importing the package registers the link for POLARNET_LINK=dpdk; the
-// dialer and listener packages do not import it:
-//
-//	import _ "github.com/polarnet/polarnet/link/dpdk"
+// In a build with -tags dpdk, importing the package (dialer and listener
+// do) registers the link for POLARNET_LINK=dpdk; without the tag it is a
+// pure-Go stub that says how to build with DPDK.
 //
 // README.md describes the production setup (hugepages, vfio-pci, isolated
 // cores, NICs), the configuration of each virtual device, the PMD quirks the

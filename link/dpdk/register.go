@@ -5,11 +5,7 @@ package dpdk
 import "github.com/polarnet/polarnet/link"
 
 // The DPDK link is selectable with POLARNET_LINK=dpdk in binaries built with
-// -tags dpdk that import this package (dialer and listener do not: cgo
-// stays out of pure-Go builds):
-//
-//	import _ "github.com/polarnet/polarnet/link/dpdk"
-//
+// -tags dpdk that import this package (dialer and listener do).
 // POLARNET_DEVICE is Config.Device (a vdev spec with its commas, or a PCI
 // address), POLARNET_QUEUES and POLARNET_MTU the fields of the same names,
 // and POLARNET_LINK_OPTIONS takes the other Config fields; see

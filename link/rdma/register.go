@@ -9,11 +9,7 @@ import (
 )
 
 // The RDMA link is selectable with POLARNET_LINK=rdma in binaries built with
-// -tags rdma that import this package (dialer and listener do not: cgo
-// stays out of pure-Go builds):
-//
-//	import _ "github.com/polarnet/polarnet/link/rdma"
-//
+// -tags rdma that import this package (dialer and listener do).
 // POLARNET_DEVICE is the network interface (empty: the first port with raw
 // packet support), POLARNET_QUEUES and POLARNET_MTU the Config fields of the
 // same names; POLARNET_LINK_OPTIONS takes the others (see configFromParams).
