@@ -306,8 +306,7 @@ func synFlood(t *T, tp *Topology, ctx context.Context) *Outcome {
 // synCookiesSent reads a host's count of SYN cookies sent.
 func synCookiesSent(h Host) (int64, error) {
 	if st := h.Stack(); st != nil {
-		var n uint64
-		st.ProtocolStats(func(_ int, s tcpipStats) { n += s.TCP.ListenOverflowSynCookieSent.Value() })
+		n, _ := st.ProtocolCounter("TCP.ListenOverflowSynCookieSent")
 		return int64(n), nil
 	}
 	return netstat(h.NS(), "TcpExt", "SyncookiesSent")

@@ -14,12 +14,9 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
-	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/polarnet/polarnet/internal/frame"
 )
-
-type tcpipStats = tcpip.Stats
 
 // packetScenarios look at the frames themselves, and at the protocols
 // around TCP.

@@ -92,15 +92,9 @@ func impairNotes(o *Outcome, tp *Topology) {
 // recoveryNote summarises how a host's TCP recovered from losses.
 func recoveryNote(h Host) string {
 	if st := h.Stack(); st != nil {
-		var rto, fast, sack, retx, dropped uint64
-		st.ProtocolStats(func(_ int, s tcpipStats) {
-			rto += s.TCP.Timeouts.Value()
-			fast += s.TCP.FastRetransmit.Value()
-			sack += s.TCP.SACKRecovery.Value()
-			retx += s.TCP.Retransmits.Value()
-			dropped += s.DroppedPackets.Value()
-		})
-		return fmt.Sprintf("polarnet %s: %d retransmits, %d RTO timeouts, %d fast retransmits, %d SACK recoveries, %d packets dropped", h.Addr(false), retx, rto, fast, sack, dropped)
+		n := func(path string) uint64 { v, _ := st.ProtocolCounter(path); return v }
+		return fmt.Sprintf("polarnet %s: %d retransmits, %d RTO timeouts, %d fast retransmits, %d SACK recoveries, %d packets dropped", h.Addr(false),
+			n("TCP.Retransmits"), n("TCP.Timeouts"), n("TCP.FastRetransmit"), n("TCP.SACKRecovery"), n("DroppedPackets"))
 	}
 	var vals []string
 	for _, c := range []string{"TCPTimeouts", "TCPLossProbes", "TCPSackRecovery", "TCPFastRetrans"} {

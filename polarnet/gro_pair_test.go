@@ -18,7 +18,8 @@ import (
 
 // tcpSegmentsIn is how many TCP segments a stack's gVisor layers received.
 func tcpSegmentsIn(st *polarnet.Stack) uint64 {
-	return st.ProtocolStatsTotal().TCP.ValidSegmentsReceived.Value()
+	n, _ := st.ProtocolCounter("TCP.ValidSegmentsReceived")
+	return n
 }
 
 // TestGROPipe moves a stream and request/response traffic between two stacks

@@ -63,3 +63,12 @@ func connPair(t testing.TB, a, b *polarnet.Stack, server netip.Addr) (client, sr
 	t.Cleanup(func() { client.Close(); srv.Close() })
 	return client, srv
 }
+
+// protocolCounter reads a stack's protocol counter, failing the test if path
+// names none.
+func protocolCounter(t testing.TB, st *polarnet.Stack, path string) uint64 {
+	t.Helper()
+	n, ok := st.ProtocolCounter(path)
+	require.True(t, ok, "no protocol counter %s", path)
+	return n
+}

@@ -2,10 +2,7 @@ package polarnet
 
 import (
 	"errors"
-	"reflect"
 	"sync/atomic"
-
-	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/polarnet/polarnet/link"
 )
@@ -218,54 +215,4 @@ func (s *Stack) linkStats() []link.QueueStats {
 		return nil
 	}
 	return ls.LinkStats()
-}
-
-// ProtocolStatsTotal returns gVisor's protocol counters (tcpip.Stats)
-// summed over the shards, in a tcpip.Stats of its own: a snapshot, not
-// updated afterwards. Counters gVisor decrements (TCP.CurrentEstablished,
-// TCP.CurrentConnected) are gauges.
-func (s *Stack) ProtocolStatsTotal() tcpip.Stats {
-	total := tcpip.Stats{}.FillIn()
-	dst := reflect.ValueOf(&total).Elem()
-	for _, sh := range s.shards {
-		st := sh.stack.Stats()
-		sumStats(dst, reflect.ValueOf(&st).Elem())
-	}
-	return total
-}
-
-var (
-	statCounterType = reflect.TypeFor[*tcpip.StatCounter]()
-	statMapType     = reflect.TypeFor[*tcpip.IntegralStatCounterMap]()
-)
-
-// sumStats adds the counters of src to those of dst, two values of the same
-// struct type whose leaves are *StatCounter and *IntegralStatCounterMap.
-func sumStats(dst, src reflect.Value) {
-	for i := range dst.NumField() {
-		d, s := dst.Field(i), src.Field(i)
-		switch {
-		case d.Type() == statCounterType:
-			if !s.IsNil() {
-				d.Interface().(*tcpip.StatCounter).IncrementBy(s.Interface().(*tcpip.StatCounter).Value())
-			}
-		case d.Type() == statMapType:
-			if !s.IsNil() {
-				sumMap(d.Interface().(*tcpip.IntegralStatCounterMap), s.Interface().(*tcpip.IntegralStatCounterMap))
-			}
-		case d.Kind() == reflect.Struct:
-			sumStats(d, s)
-		}
-	}
-}
-
-func sumMap(dst, src *tcpip.IntegralStatCounterMap) {
-	for _, k := range src.Keys() {
-		c, _ := src.Get(k)
-		if v := c.Value(); v > 0 {
-			dst.Increment(k) // creates the key's counter, with 1
-			dc, _ := dst.Get(k)
-			dc.IncrementBy(v - 1)
-		}
-	}
 }

@@ -2,6 +2,7 @@ package polarnet
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -12,7 +13,9 @@ import (
 // tcpip.Stats), summed over the shards, in a type of polarnet's own so that
 // exporters need not import gVisor.
 type ProtocolCounter struct {
-	// Path is the counter's dotted path in tcpip.Stats: "TCP.Retransmits".
+	// Path is the counter's dotted path in tcpip.Stats: "TCP.Retransmits";
+	// an embedded struct is named by its type, as in
+	// "ICMP.V4.PacketsSent.ICMPv4PacketStats.DstUnreachable".
 	Path string
 	// Gauge marks counters gVisor also decrements (TCP.CurrentEstablished,
 	// TCP.CurrentConnected): a level, not a count. A transient negative
@@ -26,6 +29,8 @@ type protocolLeaf struct {
 	ProtocolCounter
 	index []int // field indices from tcpip.Stats
 }
+
+var statCounterType = reflect.TypeFor[*tcpip.StatCounter]()
 
 var protocolLeaves = sync.OnceValue(func() []protocolLeaf {
 	var out []protocolLeaf
@@ -65,13 +70,36 @@ func ProtocolCatalogue() []ProtocolCounter {
 // ProtocolCounters returns gVisor's protocol counters summed over the
 // shards, in the order of ProtocolCatalogue: a snapshot.
 func (s *Stack) ProtocolCounters() []ProtocolCounter {
-	total := s.ProtocolStatsTotal()
-	v := reflect.ValueOf(&total).Elem()
 	out := ProtocolCatalogue()
-	for i, l := range protocolLeaves() {
-		if c, _ := v.FieldByIndex(l.index).Interface().(*tcpip.StatCounter); c != nil {
-			out[i].Value = c.Value()
-		}
+	for i, v := range s.protocolSums(protocolLeaves()) {
+		out[i].Value = v
 	}
 	return out
+}
+
+// ProtocolCounter returns the value of the counter at path (a
+// ProtocolCounter.Path) summed over the shards, as ProtocolCounters reports
+// it, gauges included; ok is false if path names no counter.
+func (s *Stack) ProtocolCounter(path string) (value uint64, ok bool) {
+	leaves := protocolLeaves()
+	i := slices.IndexFunc(leaves, func(l protocolLeaf) bool { return l.Path == path })
+	if i < 0 {
+		return 0, false
+	}
+	return s.protocolSums(leaves[i : i+1])[0], true
+}
+
+// protocolSums returns the values of leaves' counters summed over the shards.
+func (s *Stack) protocolSums(leaves []protocolLeaf) []uint64 {
+	sums := make([]uint64, len(leaves))
+	for _, sh := range s.shards {
+		st := sh.stack.Stats()
+		v := reflect.ValueOf(&st).Elem()
+		for i, l := range leaves {
+			if c, _ := v.FieldByIndex(l.index).Interface().(*tcpip.StatCounter); c != nil {
+				sums[i] += c.Value()
+			}
+		}
+	}
+	return sums
 }

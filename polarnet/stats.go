@@ -1,10 +1,6 @@
 package polarnet
 
-import (
-	"gvisor.dev/gvisor/pkg/tcpip"
-
-	"github.com/polarnet/polarnet/link"
-)
+import "github.com/polarnet/polarnet/link"
 
 // Stats are a stack's counters: per shard, and summed.
 type Stats struct {
@@ -129,12 +125,4 @@ func (s *Stack) Stats() Stats {
 	st.Conns = s.conns.Load()
 	st.KernelDials, st.KernelAccepts = s.kernelDials.Load(), s.kernelAccepts.Load()
 	return st
-}
-
-// ProtocolStats calls fn with each shard's gVisor protocol counters
-// (tcpip.Stats, a tree of atomic counters), for what Stats does not cover.
-func (s *Stack) ProtocolStats(fn func(shard int, st tcpip.Stats)) {
-	for i, sh := range s.shards {
-		fn(i, sh.stack.Stats())
-	}
 }

@@ -283,6 +283,19 @@ func tapDropped(e *env) uint64 {
 	return n
 }
 
+// protocolCounter returns a reader of the stack's protocol counter at path
+// (one that require.Eventually may poll), failing the test at once if path
+// names no counter.
+func protocolCounter(t *testing.T, st *polarnet.Stack, path string) func() uint64 {
+	t.Helper()
+	_, ok := st.ProtocolCounter(path)
+	require.True(t, ok, "no protocol counter %s", path)
+	return func() uint64 {
+		n, _ := st.ProtocolCounter(path)
+		return n
+	}
+}
+
 // liveHeap returns the bytes of live heap objects, after a collection.
 func liveHeap() uint64 {
 	runtime.GC()

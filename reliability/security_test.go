@@ -50,22 +50,21 @@ func TestNoForwarding(t *testing.T) {
 			frame.UDPFrame(forgerMAC, e.stackMAC, from, to, []byte("route me")),
 			e.forge(frame.TCPSpec{Src: from, Dst: to, Flags: frame.FlagSYN, Window: 1024}))
 	}
-	before := e.Stack.ProtocolStatsTotal()
+	resets := protocolCounter(t, e.Stack, "TCP.ResetsSent")
+	invalidDst := protocolCounter(t, e.Stack, "IP.InvalidDestinationAddressesReceived")
+	forwardErrors := protocolCounter(t, e.Stack, "IP.Forwarding.Errors")
+	resetsBefore, invalidDstBefore, forwardErrorsBefore := resets(), invalidDst(), forwardErrors()
 	send(t, raw, frames...)
 	// A SYN to a closed port of the stack's, last: the stack handles
 	// frames in order, so once it has answered it with a reset, it has
 	// handled all the others.
 	send(t, raw, e.forge(frame.TCPSpec{Src: netip.AddrPortFrom(kernel4, 9), Dst: netip.AddrPortFrom(stack4, 9), Flags: frame.FlagSYN, Window: 1024}))
-	require.Eventually(t, func() bool {
-		return e.Stack.ProtocolStatsTotal().TCP.ResetsSent.Value() > before.TCP.ResetsSent.Value()
-	}, ioBound, time.Millisecond, "the closed port answered")
-	after := e.Stack.ProtocolStatsTotal()
+	require.Eventually(t, func() bool { return resets() > resetsBefore }, ioBound, time.Millisecond, "the closed port answered")
 	// The kernel side's own multicast (router solicitations, MLD reports)
 	// may count as invalid destinations too: at least ours do.
-	assert.GreaterOrEqual(t, after.IP.InvalidDestinationAddressesReceived.Value()-before.IP.InvalidDestinationAddressesReceived.Value(),
-		uint64(len(frames)), "packets dropped as not ours")
+	assert.GreaterOrEqual(t, invalidDst()-invalidDstBefore, uint64(len(frames)), "packets dropped as not ours")
 	assert.Zero(t, out.n.Load(), "packets sent on to their destinations")
-	assert.Zero(t, after.IP.Forwarding.Errors.Value()-before.IP.Forwarding.Errors.Value(), "forwarding attempts")
+	assert.Zero(t, forwardErrors()-forwardErrorsBefore, "forwarding attempts")
 }
 
 // sentTo counts the frames a stack sends to any of dsts (it is a
@@ -111,10 +110,9 @@ func TestSpoofedSources(t *testing.T) {
 		}
 		frames = append(frames, e.forge(frame.TCPSpec{Src: from, Dst: to, Seq: 1, Flags: frame.FlagSYN, Window: 1024}))
 	}
-	tcpSegments := func() uint64 {
-		s := e.Stack.ProtocolStatsTotal().TCP
-		return s.ValidSegmentsReceived.Value() + s.InvalidSegmentsReceived.Value()
-	}
+	valid := protocolCounter(t, e.Stack, "TCP.ValidSegmentsReceived")
+	invalid := protocolCounter(t, e.Stack, "TCP.InvalidSegmentsReceived")
+	tcpSegments := func() uint64 { return valid() + invalid() }
 	martianBefore, segmentsBefore := e.Stack.Stats().Total.RxMartian, tcpSegments()
 	send(t, raw, frames...)
 	// The ordinary SYN, sent last: once TCP has it, the others are through
@@ -137,19 +135,16 @@ func TestICMPRateLimit(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("IPv%d", map[bool]int{false: 4, true: 6}[v6]), func(t *testing.T) {
 			from, to := netip.AddrPortFrom(kernel4, 9), netip.AddrPortFrom(stack4, 9)
+			unreachablePath, heldPath := "ICMP.V4.PacketsSent.ICMPv4PacketStats.DstUnreachable", "ICMP.V4.PacketsSent.RateLimited"
 			if v6 {
 				from, to = netip.AddrPortFrom(kernel6, 9), netip.AddrPortFrom(stack6, 9)
+				unreachablePath, heldPath = "ICMP.V6.PacketsSent.ICMPv6PacketStats.DstUnreachable", "ICMP.V6.PacketsSent.RateLimited"
 			}
 			// counts returns the datagrams UDP found no socket for, and the
 			// port-unreachable errors sent and held back.
-			counts := func() (closed, answered, limited uint64) {
-				s := e.Stack.ProtocolStatsTotal()
-				unreachable, held := s.ICMP.V4.PacketsSent.DstUnreachable, s.ICMP.V4.PacketsSent.RateLimited
-				if v6 {
-					unreachable, held = s.ICMP.V6.PacketsSent.DstUnreachable, s.ICMP.V6.PacketsSent.RateLimited
-				}
-				return s.UDP.UnknownPortErrors.Value(), unreachable.Value(), held.Value()
-			}
+			unknownPort := protocolCounter(t, e.Stack, "UDP.UnknownPortErrors")
+			unreachable, held := protocolCounter(t, e.Stack, unreachablePath), protocolCounter(t, e.Stack, heldPath)
+			counts := func() (closed, answered, limited uint64) { return unknownPort(), unreachable(), held() }
 			datagram := frame.UDPFrame(forgerMAC, e.stackMAC, from, to, []byte("anyone?"))
 			closed0, answered0, limited0 := counts()
 			f := startFlood(raw, datagrams, 0, func() []byte { return datagram })

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/internal/kpeer"
@@ -69,16 +68,17 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 	if raceEnabled {
 		absorbed = 2_000
 	}
-	tcpStats := func() *tcpip.TCPStats { s := e.Stack.ProtocolStatsTotal(); return &s.TCP }
+	synCookiesSent := protocolCounter(t, e.Stack, "TCP.ListenOverflowSynCookieSent")
+	badCookiesReceived := protocolCounter(t, e.Stack, "TCP.ListenOverflowInvalidSynCookieRcvd")
 	for _, tc := range []struct {
 		flags uint8
 		rate  int // segments a second; 0: as fast as the kernel side sends
 		// engaged is the counter of the defence the flood must set off.
 		engaged func() uint64
 	}{
-		{frame.FlagSYN, 0, func() uint64 { return tcpStats().ListenOverflowSynCookieSent.Value() }},
-		{frame.FlagSYN, absorbed, func() uint64 { return tcpStats().ListenOverflowSynCookieSent.Value() }},
-		{frame.FlagACK, 0, func() uint64 { return tcpStats().ListenOverflowInvalidSynCookieRcvd.Value() }},
+		{frame.FlagSYN, 0, synCookiesSent},
+		{frame.FlagSYN, absorbed, synCookiesSent},
+		{frame.FlagACK, 0, badCookiesReceived},
 	} {
 		kind, rate := map[uint8]string{frame.FlagSYN: "SYN", frame.FlagACK: "ACK"}[tc.flags], "max rate"
 		if tc.rate > 0 {

@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-
 	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/link/tap"
@@ -220,8 +218,7 @@ func (ne *netEnd) snap() snap {
 
 // stackRetrans sums TCP retransmits over a stack's shards.
 func stackRetrans(st *polarnet.Stack) int64 {
-	var n uint64
-	st.ProtocolStats(func(_ int, s tcpip.Stats) { n += s.TCP.Retransmits.Value() })
+	n, _ := st.ProtocolCounter("TCP.Retransmits")
 	return int64(n)
 }
 
