@@ -1,7 +1,6 @@
 package polarnet
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,44 +13,22 @@ import (
 
 // windowConn drives one connection through a TX queue: what it sends goes
 // through the queue, what it receives to the queue's closedWindows.
-type windowConn struct {
-	t        *testing.T
-	q        *txQueue
-	out      *recordingQueue
-	src, dst netip.AddrPort
-}
+type windowConn struct{ *sackConn }
 
-func newWindowConn(t *testing.T, caps link.Capabilities, v6 bool) *windowConn {
-	out := &recordingQueue{}
-	q := newTxQueue(out, caps, 1500, new(shardCounters), ACKConfig{DisableFilter: true}, newShardClock(func() {}), newFinSACK(), newClosedWindows(), inFinWait1)
-	q.pollerAwake.Store(true)
-	c := &windowConn{t: t, q: q, out: out, src: local, dst: remote}
-	if v6 {
-		c.src, c.dst = local6, rem6
-	}
-	return c
+func newWindowConn(t *testing.T, caps link.Capabilities, v6 bool) windowConn {
+	return windowConn{newSACKConn(t, caps, v6)}
 }
 
 // receive hands the queue a segment from the peer.
-func (c *windowConn) receive(flags uint8, ack uint32, window uint16) {
+func (c windowConn) receive(flags uint8, ack uint32, window uint16) {
 	f := frame.TCPFrame(frame.TCPSpec{Src: c.dst, Dst: c.src, Seq: 7000, Ack: ack, Flags: flags, Window: window})
 	c.q.windows.received(parseRx(f))
 }
 
 // send sends a segment and returns it as it left, its checksum checked.
-func (c *windowConn) send(flags uint8, seq uint32, payload int) frame.TCP {
+func (c windowConn) send(flags uint8, seq uint32, payload int) frame.TCP {
 	c.t.Helper()
-	pkt := outgoing(c.t, frame.TCPFrame(frame.TCPSpec{Src: c.src, Dst: c.dst, Seq: seq, Ack: 7000, Flags: flags, Window: 1000, Options: timestamps, Payload: make([]byte, payload)}))
-	require.Nil(c.t, c.q.WritePacket(pkt))
-	pkt.DecRef()
-	c.q.flush()
-	c.out.mu.Lock()
-	defer c.out.mu.Unlock()
-	require.NotEmpty(c.t, c.out.frames)
-	f := c.out.frames[len(c.out.frames)-1]
-	if off := c.out.offloads[len(c.out.offloads)-1]; off.NeedsChecksum {
-		require.True(c.t, frame.CompletePartial(f, int(off.ChecksumStart), int(off.ChecksumOffset), len(f)))
-	}
+	f := c.sendFrame(frame.TCPSpec{Src: c.src, Dst: c.dst, Seq: seq, Ack: 7000, Flags: flags, Window: 1000, Options: timestamps, Payload: make([]byte, payload)})
 	p, ok := frame.Parse(f)
 	require.True(c.t, ok)
 	assert.True(c.t, frame.ChecksumOK(f, p), "TCP checksum")

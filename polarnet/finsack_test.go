@@ -80,7 +80,14 @@ func newSACKConn(t *testing.T, caps link.Capabilities, v6 bool) *sackConn {
 // send sends a segment and returns the frame that left.
 func (c *sackConn) send(flags uint8, ack uint32, opts []byte) []byte {
 	c.t.Helper()
-	pkt := outgoing(c.t, frame.TCPFrame(frame.TCPSpec{Src: c.src, Dst: c.dst, Seq: 500, Ack: ack, Flags: flags, Window: 1000, Options: opts}))
+	return c.sendFrame(frame.TCPSpec{Src: c.src, Dst: c.dst, Seq: 500, Ack: ack, Flags: flags, Window: 1000, Options: opts})
+}
+
+// sendFrame sends the segment spec describes through the queue and returns
+// the frame that left, its checksum completed if the link was to.
+func (c *sackConn) sendFrame(spec frame.TCPSpec) []byte {
+	c.t.Helper()
+	pkt := outgoing(c.t, frame.TCPFrame(spec))
 	require.Nil(c.t, c.q.WritePacket(pkt))
 	pkt.DecRef()
 	c.q.flush()
