@@ -3,6 +3,7 @@
 package dpdk
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
-	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/internal/kpeer"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
@@ -110,7 +110,8 @@ func TestHTTPOverAFPacket(t *testing.T) {
 }
 
 // TestEnvironmentSwitch: with this package imported, POLARNET_LINK=dpdk
-// alone moves dialer.Dial onto a stack over DPDK.
+// alone makes the default stack one over DPDK (dialer and listener, which
+// import this package, dial and listen through it).
 func TestEnvironmentSwitch(t *testing.T) {
 	requireEAL(t)
 	v := newVeth(t, 1500)
@@ -129,7 +130,14 @@ func TestEnvironmentSwitch(t *testing.T) {
 	polarnet.SetDefault(st)
 	t.Cleanup(func() { polarnet.SetDefault(nil) })
 
-	kpeer.ExchangeVia(t, dialer.Dial, v.NS, kernel4, 1<<20)
+	dial := func(network, addr string) (net.Conn, error) {
+		def, err := polarnet.Default()
+		if err != nil {
+			return nil, err
+		}
+		return def.DialTCP(context.Background(), network, netip.AddrPort{}, netip.MustParseAddrPort(addr))
+	}
+	kpeer.ExchangeVia(t, dial, v.NS, kernel4, 1<<20)
 
 	env["POLARNET_DEVICE"] = "0000:99:00.0"
 	_, err = polarnet.NewFromEnv(getenv)

@@ -1,6 +1,6 @@
 //go:build rdma && linux && cgo
 
-package rdma
+package rdma_test
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/polarnet/polarnet/dialer"
 	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/rdma"
 	"github.com/polarnet/polarnet/listener"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -36,7 +37,7 @@ func TestDialerFallbackPolicy(t *testing.T) {
 		return
 	}
 	devices := []string{"pn-no-such-if"}
-	if !hostHasVerbs() {
+	if !rdma.HostHasVerbs() {
 		// No device named: the link looks for any RDMA port, and on this
 		// host (no InfiniBand in the kernel) there is none.
 		devices = append(devices, "")
@@ -50,7 +51,7 @@ func TestDialerFallbackPolicy(t *testing.T) {
 					envFallbackChild+"="+policy,
 					polarnet.EnvLink+"=rdma",
 					polarnet.EnvDevice+"="+dev,
-					link.EnvAddr+"="+hwStack.String(),
+					link.EnvAddr+"="+rdma.HWStack.String(),
 				)
 				if policy == "fail" {
 					cmd.Env = append(cmd.Env, polarnet.EnvFallback+"=fail")
