@@ -301,7 +301,7 @@ func TestBenchRunsCompare(t *testing.T) {
 func TestDoctorEnvReportsABusyTAP(t *testing.T) {
 	testenv.RequirePriv(t)
 	dev := netns.UniqueName("pnt")
-	held, err := tap.New(tap.Config{Name: dev})
+	held, err := tap.New(tap.Config{Name: dev, Queues: 1})
 	require.NoError(t, err)
 	defer held.Close()
 	vars := map[string]string{"POLARNET_LINK": "tap", "POLARNET_DEVICE": dev, "POLARNET_ADDR": "198.19.40.2/24"}

@@ -31,7 +31,7 @@ func BenchmarkReadBurst(b *testing.B) {
 		for _, offloads := range []bool{true, false} {
 			name := fmt.Sprintf("%dB/offloads=%t", size, offloads)
 			b.Run("Drain/"+name, func(b *testing.B) {
-				l, gen := benchRxSetup(b, Config{DisableOffloads: !offloads}, size)
+				l, gen := benchRxSetup(b, Config{Queues: 1, DisableOffloads: !offloads}, size)
 				q, frames := l.Queues()[0], rxFrames(l, 64)
 				b.SetBytes(int64(size))
 				b.ResetTimer()
@@ -57,7 +57,7 @@ func BenchmarkReadBurst(b *testing.B) {
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
 			})
 			b.Run("Flood/"+name, func(b *testing.B) {
-				l, gen := benchRxSetup(b, Config{DisableOffloads: !offloads}, size)
+				l, gen := benchRxSetup(b, Config{Queues: 1, DisableOffloads: !offloads}, size)
 				q, frames := l.Queues()[0], rxFrames(l, 64)
 				var (
 					stopped atomic.Bool
@@ -126,7 +126,7 @@ func BenchmarkWriteBurst(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
 			ns := newNS(b)
-			l := openTAP(b, Config{})
+			l := openTAP(b, Config{Queues: 1})
 			require.NoError(b, ns.MoveLink(l.Info().Name))
 			frame := make([]byte, size)
 			copy(frame[6:], l.Info().MAC)

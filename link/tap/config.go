@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 )
 
@@ -19,8 +20,8 @@ const maxQueues = 256
 const ifNameSize = 16
 
 // Config configures a TAP link. The zero value is usable: it creates a new
-// single-queue device named from DefaultName with MTU 1500, offloads on and a
-// random MAC address.
+// device named from DefaultName with a queue per CPU, MTU 1500, offloads on
+// and a random MAC address.
 type Config struct {
 	// Name is the device to create or attach to. If a device of that name
 	// exists in the calling thread's network namespace, New attaches to it;
@@ -30,8 +31,11 @@ type Config struct {
 	Name string
 
 	// Queues is the number of queue pairs, each a file descriptor of its own
-	// (default 1). More than one creates the device with IFF_MULTI_QUEUE; an
-	// existing device must then have been created with it too.
+	// and a shard of the engine's. Default: one per CPU the process may run
+	// on (runtime.GOMAXPROCS), or 1 for an existing device created without
+	// IFF_MULTI_QUEUE, which takes no more. More than one creates the device
+	// with IFF_MULTI_QUEUE; an existing device must then have been created
+	// with it too.
 	Queues int
 
 	// MTU is the largest IP packet of one frame on the wire (default 1500 for
@@ -66,8 +70,9 @@ type Config struct {
 }
 
 // withDefaults returns c with its zero fields replaced by defaults, except
-// MTU, whose default depends on whether the device exists. It checks what
-// can be checked before asking the kernel, so mistakes get a clear error.
+// Queues and MTU, whose defaults depend on the device (see New). It checks
+// what can be checked before asking the kernel, so mistakes get a clear
+// error.
 func (c Config) withDefaults() (Config, error) {
 	if c.Name == "" {
 		c.Name = DefaultName
@@ -75,10 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkName(c.Name); err != nil {
 		return c, err
 	}
-	switch {
-	case c.Queues == 0:
-		c.Queues = 1
-	case c.Queues < 0 || c.Queues > maxQueues:
+	if c.Queues < 0 || c.Queues > maxQueues {
 		return c, fmt.Errorf("tap: %d queues requested; a TAP device has 1 to %d", c.Queues, maxQueues)
 	}
 	if c.MTU < 0 {
@@ -95,6 +97,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// DefaultQueues is Config.Queues' default for a device New creates: one queue
+// per CPU the process may run on, so the engine runs a shard per core.
+func DefaultQueues() int { return min(runtime.GOMAXPROCS(0), maxQueues) }
 
 // checkName applies the kernel's rules for device names (dev_valid_name), so
 // a bad name is reported as such rather than as EINVAL from an ioctl.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -93,6 +94,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, st)
 	t.Cleanup(func() { st.Close() })
+	assert.Len(t, st.Stats().Shards, runtime.GOMAXPROCS(0), "without POLARNET_QUEUES: a shard per CPU")
 	require.NoError(t, taptopo.PlugKernelSide(ns, dev, st.MTU()))
 
 	polarnet.SetDefault(st)

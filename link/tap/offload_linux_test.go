@@ -43,8 +43,8 @@ func TestTxOffload(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNS(t)
-			a := openTAP(t, Config{})
-			b := openTAP(t, Config{DisableOffloads: !tc.receiverOffloads})
+			a := openTAP(t, Config{Queues: 1})
+			b := openTAP(t, Config{Queues: 1, DisableOffloads: !tc.receiverOffloads})
 			aMAC := plug(t, ns, a, 0)
 			plug(t, ns, b, 1)
 			sysctl(t, ns, "net/ipv4/ip_forward", "1")
@@ -95,7 +95,7 @@ func TestRxChecksum(t *testing.T) {
 	for _, offloads := range []bool{true, false} {
 		t.Run(map[bool]string{true: "offloads", false: "no offloads"}[offloads], func(t *testing.T) {
 			ns := newNS(t)
-			l := openTAP(t, Config{DisableOffloads: !offloads})
+			l := openTAP(t, Config{Queues: 1, DisableOffloads: !offloads})
 			plug(t, ns, l, 0)
 			sendUDP(t, ns, 0, netip.AddrPortFrom(linkAddr(0), 9), []byte("checksum me"))
 			receive(t, l.Queues()[0], l.Info().RxFrameSize, 5*time.Second, func(f []byte, checksumValid bool) bool {

@@ -82,7 +82,16 @@ func New(cfg Config) (*Link, error) {
 
 	// The first queue decides the device name and is where the device
 	// settings are made, before the other queues can receive frames.
+	defaulted := cfg.Queues == 0
+	if defaulted {
+		cfg.Queues = DefaultQueues()
+	}
 	fd, name, err := attachFirst(cfg, exists)
+	if err != nil && exists && defaulted && cfg.Queues > 1 && errors.Is(err, unix.EINVAL) {
+		// A device created without IFF_MULTI_QUEUE takes one queue only.
+		cfg.Queues = 1
+		fd, name, err = attachFirst(cfg, exists)
+	}
 	if err != nil {
 		return nil, err
 	}

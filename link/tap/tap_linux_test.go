@@ -23,17 +23,18 @@ import (
 func TestInfo(t *testing.T) {
 	testenv.RequirePriv(t)
 	for _, tc := range []struct {
-		name string
-		cfg  Config
-		want link.Info
+		name   string
+		cfg    Config
+		want   link.Info
+		queues int
 	}{
 		{"defaults", Config{}, link.Info{
 			MTU: 1500, RxFrameSize: gsoRxFrameSize, GSOMaxSize: gsoMaxSize,
 			Caps: link.CapRXChecksum | link.CapTXChecksum | link.CapGSO,
-		}},
-		{"no offloads", Config{DisableOffloads: true, MTU: 9000}, link.Info{
+		}, DefaultQueues()},
+		{"no offloads", Config{DisableOffloads: true, MTU: 9000, Queues: 1}, link.Info{
 			MTU: 9000, RxFrameSize: 9014,
-		}},
+		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := openTAP(t, tc.cfg)
@@ -42,7 +43,7 @@ func TestInfo(t *testing.T) {
 			assert.Equal(t, tc.want.RxFrameSize, info.RxFrameSize)
 			assert.Equal(t, tc.want.Caps, info.Caps)
 			assert.Equal(t, tc.want.GSOMaxSize, info.GSOMaxSize)
-			assert.Len(t, l.Queues(), 1)
+			assert.Len(t, l.Queues(), tc.queues)
 
 			ifi, err := net.InterfaceByName(info.Name)
 			require.NoError(t, err)
@@ -124,7 +125,7 @@ func TestMultiQueue(t *testing.T) {
 // netpoller had already seen while nobody waited).
 func TestWaitReadWakes(t *testing.T) {
 	ns := newNS(t)
-	l := openTAP(t, Config{})
+	l := openTAP(t, Config{Queues: 1})
 	plug(t, ns, l, 0)
 	q := l.Queues()[0]
 	frames := []link.RxFrame{{Buf: make([]byte, l.Info().RxFrameSize)}}
@@ -307,7 +308,7 @@ func TestCloseDuringBursts(t *testing.T) {
 func TestPersistAndAttach(t *testing.T) {
 	testenv.RequirePriv(t)
 	name := netns.UniqueName("pntap")
-	l, err := New(Config{Name: name, Persist: true, MTU: 4000})
+	l, err := New(Config{Name: name, Queues: 1, Persist: true, MTU: 4000})
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", "dev", name).Run() })
 	require.NoError(t, l.Close())
@@ -315,9 +316,11 @@ func TestPersistAndAttach(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, exists, "a persistent device must survive Close")
 
-	// Attaching keeps the MTU unless asked for another.
+	// Attaching keeps the MTU unless asked for another, and takes the one
+	// queue a device without multi-queue support has.
 	l = openTAP(t, Config{Name: name})
 	assert.Equal(t, 4000, l.Info().MTU)
+	assert.Len(t, l.Queues(), 1)
 	require.NoError(t, l.Close())
 
 	// A device without multi-queue support takes one queue.
@@ -339,13 +342,16 @@ func TestPersistAndAttach(t *testing.T) {
 	assert.True(t, exists, "closing must keep a device it attached to")
 }
 
-// TestAttachMultiQueue attaches one queue to a multi-queue device, which the
-// kernel only allows with IFF_MULTI_QUEUE.
+// TestAttachMultiQueue attaches one queue, then the default number, to a
+// multi-queue device, which the kernel only allows with IFF_MULTI_QUEUE.
 func TestAttachMultiQueue(t *testing.T) {
 	testenv.RequirePriv(t)
 	l := openTAP(t, Config{Queues: 2})
-	l2 := openTAP(t, Config{Name: l.Info().Name})
+	l2 := openTAP(t, Config{Name: l.Info().Name, Queues: 1})
 	assert.Len(t, l2.Queues(), 1)
+	require.NoError(t, l2.Close())
+	l3 := openTAP(t, Config{Name: l.Info().Name})
+	assert.Len(t, l3.Queues(), DefaultQueues())
 }
 
 func TestNewErrors(t *testing.T) {
@@ -426,7 +432,7 @@ func second[T any](_ T, err error) error { return err }
 // TestNoAllocs checks that bursts do not allocate in steady state.
 func TestNoAllocs(t *testing.T) {
 	ns := newNS(t)
-	l := openTAP(t, Config{})
+	l := openTAP(t, Config{Queues: 1})
 	kmac := plug(t, ns, l, 0)
 	q := l.Queues()[0]
 	frame := udpv4Frame(kmac, l.Info().MAC,

@@ -140,6 +140,9 @@ type Env struct {
 	// StartStack builds a stack from variables (polarnet.NewFromEnv on a
 	// host); nil skips starting one.
 	StartStack func(getenv func(string) string) (*polarnet.Stack, error)
+	// CPUs is how many CPUs the process may run on (runtime.GOMAXPROCS on
+	// a host); 0: unknown, and the shards check is skipped.
+	CPUs int
 }
 
 func (e *Env) path(p string) string {
@@ -196,6 +199,7 @@ func Run(env *Env, link string, opt Options) ([]Report, error) {
 		case "rdma":
 			checkRDMA(env, &r)
 		}
+		checkShards(env, &r, l, opt)
 		checkCPU(env, &r)
 		out = append(out, r)
 	}
@@ -617,6 +621,38 @@ func (e *Env) kernelConfig() string {
 	}
 	b, _ := io.ReadAll(io.LimitReader(z, 4<<20))
 	return string(b)
+}
+
+// checkShards says how many shards (queue pairs, pollers) the link gives a
+// process on this host by default, and how to get one per CPU where the
+// default does not.
+func checkShards(e *Env, r *Report, link string, opt Options) {
+	n := e.CPUs
+	if n <= 0 {
+		return
+	}
+	cpus := fmt.Sprintf("%d CPUs for this process", n)
+	if n == 1 {
+		cpus = "1 CPU for this process"
+	}
+	var detail string
+	switch link {
+	case "tap":
+		detail = fmt.Sprintf("%s: a TAP device gets %d queues by default, a shard on each (POLARNET_QUEUES sets another number)", cpus, min(n, 256))
+	case "afxdp":
+		detail = fmt.Sprintf("%s: a socket and shard on each of the interface's RX queues, up to %d by default", cpus, n)
+		if opt.Iface != "" && e.Iface != nil {
+			if info, err := e.Iface(opt.Iface); err == nil && info.RxQueues > 0 {
+				detail = fmt.Sprintf("%s: %d shards on %s, which has %d RX queues", cpus, min(n, info.RxQueues), opt.Iface, info.RxQueues)
+				if info.RxQueues < n {
+					detail += fmt.Sprintf(" (ethtool -L %s combined %d for one per CPU)", opt.Iface, n)
+				}
+			}
+		}
+	case "dpdk", "rdma":
+		detail = fmt.Sprintf("%s: 1 queue pair and shard unless POLARNET_QUEUES (Config.Queues) asks for up to %d", cpus, n)
+	}
+	r.add("shards", Info, detail, "")
 }
 
 // checkCPU reports the CPU frequency governor and isolated cores, which

@@ -181,6 +181,36 @@ func TestMemlockAndCPU(t *testing.T) {
 	assert.Contains(t, find(t, r, "privileges").Detail, "CAP_BPF or CAP_SYS_ADMIN")
 }
 
+// TestShards: doctor says what a shard per CPU takes on each link.
+func TestShards(t *testing.T) {
+	root := fakeRoot(t, map[string]string{"proc/self/status": rootStatus})
+	env := &Env{Root: root, CPUs: 4, Run: fakeRun(nil), RDMADevices: func() []string { return nil },
+		Iface: func(name string) (IfaceInfo, error) { return IfaceInfo{Name: name, RxQueues: 2}, nil }}
+	shards := func(link string, opt Options) Check {
+		reports, err := Run(env, link, opt)
+		require.NoError(t, err)
+		require.Len(t, reports, 1)
+		c := find(t, reports[0], "shards")
+		assert.Equal(t, Info, c.Status)
+		return c
+	}
+	assert.Equal(t, "4 CPUs for this process: a TAP device gets 4 queues by default, a shard on each (POLARNET_QUEUES sets another number)",
+		shards("tap", Options{}).Detail)
+	assert.Equal(t, "4 CPUs for this process: a socket and shard on each of the interface's RX queues, up to 4 by default",
+		shards("afxdp", Options{}).Detail)
+	assert.Equal(t, "4 CPUs for this process: 2 shards on eth1, which has 2 RX queues (ethtool -L eth1 combined 4 for one per CPU)",
+		shards("afxdp", Options{Iface: "eth1"}).Detail)
+	assert.Equal(t, "4 CPUs for this process: 1 queue pair and shard unless POLARNET_QUEUES (Config.Queues) asks for up to 4",
+		shards("dpdk", Options{}).Detail)
+
+	env.CPUs = 0
+	reports, err := Run(env, "tap", Options{})
+	require.NoError(t, err)
+	for _, c := range reports[0].Checks {
+		assert.NotEqual(t, "shards", c.Name, "no CPU count, no shards check")
+	}
+}
+
 func TestUnknownLink(t *testing.T) {
 	_, err := Run(&Env{}, "ethernet", Options{})
 	require.Error(t, err)

@@ -57,6 +57,7 @@ func HostEnv(probe bool) *Env {
 		Iface:       ifaceInfo,
 		RDMADevices: rdmamap.GetRdmaDeviceList,
 		Getenv:      os.Getenv,
+		CPUs:        runtime.GOMAXPROCS(0),
 	}
 	if probe {
 		e.ProbeTAP = probeTAP
