@@ -47,6 +47,10 @@ type Config struct {
 
 	// SpinBudget is how long an adaptive poller keeps polling an empty
 	// queue before it sleeps. Zero: 50µs. Ignored by the other modes.
+	// While its sleeps end within 8 times SpinBudget, a poller doubles its
+	// spin, up to that much, so that a peer that answers after a wake-up of
+	// its own is met by a spin rather than by another wake-up; a longer
+	// sleep brings it back to SpinBudget.
 	// At most GOMAXPROCS-1 adaptive pollers of the process spin at once
 	// (none when GOMAXPROCS is 1), so that spinning never holds every P
 	// and the Go netpoller, which kernel sockets wait in, keeps a P to run

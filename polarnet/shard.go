@@ -250,6 +250,7 @@ func (s *shard) poll() {
 	spinning := false   // holds one of adaptiveSpinners' slots
 	defer adaptiveSpinners.leave(&spinning)
 	limit := spinLimit()
+	budget := s.spin // grows and shrinks with the sleeps (nextSpin)
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
 		// The iteration's one clock reading: metrics, timers, spin budget,
@@ -307,15 +308,17 @@ func (s *shard) poll() {
 				idleSince = now
 				adaptiveSpinners.claim(limit, &spinning)
 			}
-			if spinning && time.Duration(now-idleSince) < s.spin {
+			if spinning && time.Duration(now-idleSince) < budget {
 				gvsync.Goyield()
 				continue
 			}
 		}
 		adaptiveSpinners.leave(&spinning)
+		asleep := s.clock.read()
 		if !s.sleep() {
 			return
 		}
+		budget = nextSpin(budget, s.spin, time.Duration(s.clock.read()-asleep))
 		idleSince = 0
 		limit = spinLimit()
 	}

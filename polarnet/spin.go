@@ -3,6 +3,7 @@ package polarnet
 import (
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // spinSlots bounds how many adaptive pollers of the process spin at once.
@@ -48,4 +49,23 @@ func (s *spinSlots) leave(held *bool) {
 		s.used.Add(-1)
 		*held = false
 	}
+}
+
+// maxSpinGrowth bounds an adaptive poller's spin: SpinBudget times this.
+const maxSpinGrowth = 8
+
+// nextSpin is an adaptive poller's spin budget after a sleep of slept,
+// given the budget cur it slept with and the configured base. A sleep that
+// ended soon would have been a spin that caught its frame: a peer that was
+// itself asleep when asked answers late by its wake-up and ours, and two
+// ends that each sleep before the other answers keep waking each other on
+// every round trip. So the budget doubles, up to maxSpinGrowth times base;
+// a longer sleep (traffic paused) brings it back to base. KVM's halt
+// polling grows and shrinks its window the same way.
+func nextSpin(cur, base, slept time.Duration) time.Duration {
+	limit := base * maxSpinGrowth
+	if slept < limit {
+		return min(2*cur, limit)
+	}
+	return base
 }

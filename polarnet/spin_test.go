@@ -4,10 +4,23 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+func TestNextSpin(t *testing.T) {
+	const base = 50 * time.Microsecond
+	budget := base
+	for _, want := range []time.Duration{100, 200, 400, 400} {
+		budget = nextSpin(budget, base, 30*time.Microsecond)
+		assert.Equal(t, want*time.Microsecond, budget, "short sleeps double the budget up to 8x")
+	}
+	assert.Equal(t, 400*time.Microsecond, nextSpin(budget, base, 399*time.Microsecond))
+	assert.Equal(t, base, nextSpin(budget, base, 400*time.Microsecond), "a long sleep resets it")
+	assert.Equal(t, base, nextSpin(base, base, time.Second))
+}
 
 func TestSpinSlotsBoundSpinners(t *testing.T) {
 	var slots spinSlots
