@@ -314,11 +314,10 @@ func (s *shard) poll() {
 			}
 		}
 		adaptiveSpinners.leave(&spinning)
-		asleep := s.clock.read()
 		if !s.sleep() {
 			return
 		}
-		budget = nextSpin(budget, s.spin, time.Duration(s.clock.read()-asleep))
+		budget = nextSpin(budget, s.spin, time.Duration(s.clock.read()-now))
 		idleSince = 0
 		limit = spinLimit()
 	}

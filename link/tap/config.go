@@ -12,9 +12,9 @@ import (
 // kernel replaces %d with the lowest number no device uses yet.
 const DefaultName = "pntap%d"
 
-// maxQueues is the kernel's limit on the queues of one TAP device
+// MaxQueues is the kernel's limit on the queues of one TAP device
 // (MAX_TAP_QUEUES in drivers/net/tun.c).
-const maxQueues = 256
+const MaxQueues = 256
 
 // ifNameSize is IFNAMSIZ: a device name and its terminating NUL.
 const ifNameSize = 16
@@ -80,8 +80,8 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkName(c.Name); err != nil {
 		return c, err
 	}
-	if c.Queues < 0 || c.Queues > maxQueues {
-		return c, fmt.Errorf("tap: %d queues requested; a TAP device has 1 to %d", c.Queues, maxQueues)
+	if c.Queues < 0 || c.Queues > MaxQueues {
+		return c, fmt.Errorf("tap: %d queues requested; a TAP device has 1 to %d", c.Queues, MaxQueues)
 	}
 	if c.MTU < 0 {
 		return c, fmt.Errorf("tap: negative MTU %d", c.MTU)
@@ -100,7 +100,7 @@ func (c Config) withDefaults() (Config, error) {
 
 // DefaultQueues is Config.Queues' default for a device New creates: one queue
 // per CPU the process may run on, so the engine runs a shard per core.
-func DefaultQueues() int { return min(runtime.GOMAXPROCS(0), maxQueues) }
+func DefaultQueues() int { return min(runtime.GOMAXPROCS(0), MaxQueues) }
 
 // checkName applies the kernel's rules for device names (dev_valid_name), so
 // a bad name is reported as such rather than as EINVAL from an ioctl.

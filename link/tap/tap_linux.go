@@ -82,19 +82,11 @@ func New(cfg Config) (*Link, error) {
 
 	// The first queue decides the device name and is where the device
 	// settings are made, before the other queues can receive frames.
-	defaulted := cfg.Queues == 0
-	if defaulted {
-		cfg.Queues = DefaultQueues()
-	}
-	fd, name, err := attachFirst(cfg, exists)
-	if err != nil && exists && defaulted && cfg.Queues > 1 && errors.Is(err, unix.EINVAL) {
-		// A device created without IFF_MULTI_QUEUE takes one queue only.
-		cfg.Queues = 1
-		fd, name, err = attachFirst(cfg, exists)
-	}
+	fd, name, queues, err := attachFirst(cfg, exists)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Queues = queues
 	fds = append(fds, fd)
 	if err := configure(fd, name, !cfg.DisableOffloads); err != nil {
 		return nil, err
@@ -189,19 +181,30 @@ func tunFlags(cfg Config, multiQueue bool) uint16 {
 }
 
 // attachFirst opens the first queue, creating the device unless it exists,
-// and returns it with the device's actual name.
-func attachFirst(cfg Config, exists bool) (int, string, error) {
-	multiQueue := cfg.Queues > 1
+// and returns it with the device's actual name and the number of queues to
+// open: Config.Queues, or its default (see Config.Queues).
+func attachFirst(cfg Config, exists bool) (int, string, int, error) {
+	queues := cfg.Queues
+	if queues == 0 {
+		queues = DefaultQueues()
+	}
+	multiQueue := queues > 1
 	fd, name, err := attachNamed(cfg.Name, tunFlags(cfg, multiQueue))
-	if exists && !multiQueue && errors.Is(err, unix.EINVAL) {
+	switch {
+	case exists && !multiQueue && errors.Is(err, unix.EINVAL):
 		// The device may have been created with IFF_MULTI_QUEUE, which the
 		// kernel then insists on; a single queue works as well with it.
 		fd, name, err = attachNamed(cfg.Name, tunFlags(cfg, true))
+	case exists && cfg.Queues == 0 && multiQueue && errors.Is(err, unix.EINVAL):
+		// Created without IFF_MULTI_QUEUE, the device takes one queue only,
+		// which is then the default.
+		queues = 1
+		fd, name, err = attachNamed(cfg.Name, tunFlags(cfg, false))
 	}
 	if err != nil {
-		return -1, "", attachError(cfg, exists, err)
+		return -1, "", 0, attachError(cfg, exists, err)
 	}
-	return fd, name, nil
+	return fd, name, queues, nil
 }
 
 // attachError explains why the first queue could not be opened.

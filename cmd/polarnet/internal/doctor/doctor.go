@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -638,7 +639,7 @@ func checkShards(e *Env, r *Report, link string, opt Options) {
 	var detail string
 	switch link {
 	case "tap":
-		detail = fmt.Sprintf("%s: a TAP device gets %d queues by default, a shard on each (POLARNET_QUEUES sets another number)", cpus, min(n, 256))
+		detail = fmt.Sprintf("%s: a TAP device gets %d queues by default, a shard on each (POLARNET_QUEUES sets another number)", cpus, min(n, tap.MaxQueues))
 	case "afxdp":
 		detail = fmt.Sprintf("%s: a socket and shard on each of the interface's RX queues, up to %d by default", cpus, n)
 		if opt.Iface != "" && e.Iface != nil {
