@@ -171,22 +171,29 @@ func parseSegment(pkt *stack.PacketBuffer) segment {
 
 // hasSACKBlocks walks TCP options looking for a SACK block option.
 func hasSACKBlocks(opts []byte) bool {
-	for len(opts) > 0 {
-		switch kind := opts[0]; kind {
+	return tcpOption(opts, header.TCPOptionSACK) >= 0
+}
+
+// tcpOption returns where in opts, TCP options, the first option of kind
+// starts, or -1 when there is none or the options end malformed before it.
+// The option's bytes are not checked against its length field.
+func tcpOption(opts []byte, kind byte) int {
+	for i := 0; i < len(opts); {
+		switch k := opts[i]; k {
 		case header.TCPOptionEOL:
-			return false
+			return -1
+		case kind:
+			return i
 		case header.TCPOptionNOP:
-			opts = opts[1:]
+			i++
 			continue
-		case header.TCPOptionSACK:
-			return true
 		}
-		if len(opts) < 2 || opts[1] < 2 || int(opts[1]) > len(opts) {
-			return false
+		if i+1 >= len(opts) || opts[i+1] < 2 {
+			return -1
 		}
-		opts = opts[opts[1]:]
+		i += int(opts[i+1])
 	}
-	return false
+	return -1
 }
 
 // flowHistory is what the filter remembers of each flow's last sent ACK:

@@ -1,6 +1,8 @@
 package polarnet
 
 import (
+	"encoding/binary"
+
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -52,4 +54,18 @@ func verifyTransportChecksum(h *rxHeaders) bool {
 	}
 	sum := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(h.proto), h.src, h.dst, uint16(len(l4)))
 	return checksum.Checksum(l4, sum) == 0xffff
+}
+
+// putTCPUint32 writes v at offset at of th and, when fixChecksum (the
+// segment carries its complete checksum), updates the checksum for it
+// (RFC 1624, eqn. 3) over the 16-bit words it spans: at need not be even.
+func putTCPUint32(th header.TCP, at int, v uint32, fixChecksum bool) {
+	from, to := at&^1, (at+5)&^1
+	var was [6]byte
+	old := was[:copy(was[:], th[from:to])]
+	binary.BigEndian.PutUint32(th[at:], v)
+	if fixChecksum {
+		sum := checksum.Combine(^th.Checksum(), ^checksum.Checksum(old, 0))
+		th.SetChecksum(^checksum.Combine(sum, checksum.Checksum(th[from:to], 0)))
+	}
 }

@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,4 +32,18 @@ func TestVerifyTransportChecksum(t *testing.T) {
 	badHeader := append([]byte(nil), pkt...)
 	badHeader[8]-- // TTL, covered by the header checksum only
 	assert.False(t, verifyTransportChecksum(parseIP(header.IPv4ProtocolNumber, badHeader)))
+}
+
+func TestPutTCPUint32(t *testing.T) {
+	for _, at := range []int{header.TCPSeqNumOffset, 28, 29} {
+		th := make(header.TCP, 40)
+		for i := range th {
+			th[i] = byte(i*37 + 11)
+		}
+		th.SetChecksum(0)
+		th.SetChecksum(^checksum.Checksum(th, 0))
+		putTCPUint32(th, at, 0xdeadbeef, true)
+		assert.Equal(t, uint32(0xdeadbeef), binary.BigEndian.Uint32(th[at:]), "at %d", at)
+		assert.Equal(t, uint16(0xffff), checksum.Checksum(th, 0), "at %d", at)
+	}
 }

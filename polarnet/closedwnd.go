@@ -4,7 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 )
@@ -91,17 +90,5 @@ func (w *closedWindows) clamp(s *segment, fullChecksum bool) {
 	if !ok || !edge.LessThan(seqnum.Value(seq)) {
 		return
 	}
-	th.SetSequenceNumber(uint32(edge))
-	if fullChecksum {
-		th.SetChecksum(^checksumReplace32(^th.Checksum(), seq, uint32(edge)))
-	}
-}
-
-// checksumReplace32 updates the one's complement sum sum of data in which
-// the 32-bit word old, at an even offset, became new (RFC 1624, eqn. 3).
-func checksumReplace32(sum uint16, old, new uint32) uint16 {
-	sum = checksum.Combine(sum, ^uint16(old>>16))
-	sum = checksum.Combine(sum, ^uint16(old))
-	sum = checksum.Combine(sum, uint16(new>>16))
-	return checksum.Combine(sum, uint16(new))
+	putTCPUint32(th, header.TCPSeqNumOffset, uint32(edge), fullChecksum)
 }

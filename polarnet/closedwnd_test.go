@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/link"
@@ -82,11 +81,4 @@ func TestClosedWindowForgetsOnResetAndSYN(t *testing.T) {
 		assert.Zero(t, c.q.windows.n.Load(), "flags %#x", flags)
 		assert.Equal(t, uint32(5000), c.send(frame.FlagACK, 5000, 0).Seq)
 	}
-}
-
-func TestChecksumReplace32(t *testing.T) {
-	b := []byte{0x12, 0x34, 0xde, 0xad, 0xbe, 0xef, 0x56, 0x78}
-	sum := checksum.Checksum(b, 0)
-	copy(b[2:], []byte{0x00, 0x01, 0xff, 0xfe})
-	assert.Equal(t, checksum.Checksum(b, 0), checksumReplace32(sum, 0xdeadbeef, 0x0001fffe))
 }

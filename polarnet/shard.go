@@ -396,6 +396,9 @@ func (s *shard) deliver(n int) {
 		if sharded {
 			dst = s.owner.owner(h)
 		}
+		if th := h.tcp(); th != nil && int(th.DataOffset()) > tsOnlyHeader && int(th.DataOffset()) <= len(th) {
+			s.txOf(dst).raiseEcho(h, th, !f.ChecksumValid)
+		}
 		proto := h.ethType
 		payload := s.payload(i, length, headerSplit(h))
 		switch dst {
@@ -415,6 +418,15 @@ func (s *shard) deliver(n int) {
 	if sharded {
 		s.wakePeers()
 	}
+}
+
+// txOf returns the TX queue of the shard dst (owner's answer), whose flows
+// are the frame's.
+func (s *shard) txOf(dst int) *txQueue {
+	if dst < 0 {
+		return s.tx
+	}
+	return s.owner.shards[dst].tx
 }
 
 // deliverPayload hands a received frame to the stack; through GRO if the

@@ -31,11 +31,14 @@ type tailProbes struct {
 
 // flowTail is what tailProbes keeps of a flow: its last data segments,
 // oldest first, the end of the highest data sent and when the last data
-// segment went (shard clock).
+// segment went (shard clock); and for sackEcho, the timestamp of the last
+// retransmission, if it had one.
 type flowTail struct {
-	last [tailCopies]*stack.PacketBuffer
-	end  seqnum.Value
-	at   int64
+	last     [tailCopies]*stack.PacketBuffer
+	end      seqnum.Value
+	at       int64
+	rtxTSVal uint32
+	rtx      bool // rtxTSVal is set
 }
 
 const (
@@ -91,6 +94,8 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		copy(t.last[:], t.last[1:])
 		t.last[tailCopies-1] = pkt.IncRef()
 		t.end = seq.Add(seqnum.Size(seg.payload))
+	} else if ts, ok := sentTSVal(seg); ok {
+		t.rtxTSVal, t.rtx = ts, true
 	}
 	t.at = now
 	return probes
