@@ -70,6 +70,7 @@ type txQueue struct {
 	finWait func(tcpip.NetworkProtocolNumber, flowKey) bool
 	// tails keeps flows' last data segments (see tailProbes).
 	tails *tailProbes
+	syns  synStamps
 	// windows keeps pure ACKs within closed windows (closedwnd.go).
 	windows *closedWindows
 }
@@ -95,6 +96,7 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 		sacks:    sacks,
 		finWait:  finWait,
 		tails:    newTailProbes(windows),
+		syns:     make(synStamps),
 		windows:  windows,
 	}
 	t.acks = newACKFilter(ack, mtu, stats, clock, t.release)
@@ -113,6 +115,7 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	if q.closed {
 		return &tcpip.ErrClosedForSend{}
 	}
+	q.syns.restamp(&seg, q.clock, q.linkCaps&link.CapTXChecksum == 0)
 	for _, c := range q.tails.observe(pkt, &seg, q.clock) {
 		q.pending, q.segs = append(q.pending, c), append(q.segs, parseSegment(c))
 	}
