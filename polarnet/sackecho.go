@@ -45,28 +45,18 @@ func sentTSVal(s *segment) (uint32, bool) {
 	return binary.BigEndian.Uint32(th[at:]), true
 }
 
-// raiseEcho raises the echo of a received segment, whose headers are h and
-// TCP header th, if sackEcho says so. fixChecksum tells whether the
+// raiseEcho raises the echo of a received segment of flow t, whose TCP
+// header is th, if sackEcho says so. fixChecksum tells whether the
 // segment's checksum is complete, to be updated.
-func (q *txQueue) raiseEcho(h *rxHeaders, th header.TCP, fixChecksum bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.tails.raiseEcho(h, th, fixChecksum)
-}
-
-func (p *tailProbes) raiseEcho(h *rxHeaders, th header.TCP, fixChecksum bool) {
-	if th.Flags()&(header.TCPFlagSyn|header.TCPFlagRst) != 0 {
+func (p *tailProbes) raiseEcho(t *flowTail, th header.TCP, fixChecksum bool) {
+	if th.Flags()&(header.TCPFlagSyn|header.TCPFlagRst) != 0 || !t.rtx {
 		return
 	}
 	if tcpOption(th[header.TCPMinimumSize:th.DataOffset()], header.TCPOptionSACK) < 0 {
 		return
 	}
 	at := tsAt(th) + 4 // the echo
-	t := p.flows[h.flow(th)]
-	if at < 4 || t == nil || !t.rtx {
-		return
-	}
-	if int32(t.rtxTSVal-binary.BigEndian.Uint32(th[at:])) <= 0 {
+	if at < 4 || int32(t.rtxTSVal-binary.BigEndian.Uint32(th[at:])) <= 0 {
 		return
 	}
 	putTCPUint32(th, at, t.rtxTSVal, fixChecksum)

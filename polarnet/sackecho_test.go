@@ -36,7 +36,7 @@ func (c echoConn) ack(ack uint32, opts []byte) uint32 {
 	c.t.Helper()
 	f := frame.TCPFrame(frame.TCPSpec{Src: c.dst, Dst: c.src, Seq: 1, Ack: ack, Flags: frame.FlagACK, Window: 1000, Options: opts})
 	h := parseRx(f)
-	c.q.raiseEcho(h, h.tcp(), true)
+	c.q.received(h, h.tcp(), true)
 	p, ok := frame.Parse(f)
 	require.True(c.t, ok)
 	assert.True(c.t, frame.ChecksumOK(f, p), "TCP checksum")

@@ -396,8 +396,8 @@ func (s *shard) deliver(n int) {
 		if sharded {
 			dst = s.owner.owner(h)
 		}
-		if th := h.tcp(); th != nil && int(th.DataOffset()) > tsOnlyHeader && int(th.DataOffset()) <= len(th) {
-			s.txOf(dst).raiseEcho(h, th, !f.ChecksumValid)
+		if th := h.tcp(); th != nil && int(th.DataOffset()) >= header.TCPMinimumSize && int(th.DataOffset()) <= len(th) {
+			s.txOf(dst).received(h, th, !f.ChecksumValid)
 		}
 		proto := h.ethType
 		payload := s.payload(i, length, headerSplit(h))

@@ -27,18 +27,23 @@ import (
 type tailProbes struct {
 	flows   map[flowKey]*flowTail
 	windows *closedWindows
+	lone    loneRetransmissions
 }
 
 // flowTail is what tailProbes keeps of a flow: its last data segments,
 // oldest first, the end of the highest data sent and when the last data
-// segment went (shard clock); and for sackEcho, the timestamp of the last
-// retransmission, if it had one.
+// segment went (shard clock); for sackEcho, the timestamp of the last
+// retransmission, if it had one; for loneRetransmissions, that
+// retransmission while nothing followed it, and when it went.
 type flowTail struct {
+	flow     flowKey
 	last     [tailCopies]*stack.PacketBuffer
 	end      seqnum.Value
 	at       int64
 	rtxTSVal uint32
 	rtx      bool // rtxTSVal is set
+	rtxPkt   *stack.PacketBuffer
+	rtxAt    int64
 }
 
 const (
@@ -78,7 +83,7 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		if len(p.flows) >= maxTailFlows {
 			p.releaseAll()
 		}
-		t = &flowTail{end: seq}
+		t = &flowTail{flow: seg.flow, end: seq}
 		p.flows[seg.flow] = t
 	}
 	var probes []*stack.PacketBuffer
@@ -94,8 +99,10 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		copy(t.last[:], t.last[1:])
 		t.last[tailCopies-1] = pkt.IncRef()
 		t.end = seq.Add(seqnum.Size(seg.payload))
-	} else if ts, ok := sentTSVal(seg); ok {
-		t.rtxTSVal, t.rtx = ts, true
+		p.lone.settle(t)
+	} else {
+		t.rtxTSVal, t.rtx = sentTSVal(seg)
+		p.lone.follow(t, pkt, now)
 	}
 	t.at = now
 	return probes
@@ -114,7 +121,7 @@ func tailSeq(pkt *stack.PacketBuffer) seqnum.Value {
 // forget drops what is kept of a flow.
 func (p *tailProbes) forget(f flowKey) {
 	if t := p.flows[f]; t != nil {
-		t.release()
+		p.release(t)
 		delete(p.flows, f)
 	}
 }
@@ -122,16 +129,17 @@ func (p *tailProbes) forget(f flowKey) {
 // releaseAll drops everything kept.
 func (p *tailProbes) releaseAll() {
 	for _, t := range p.flows {
-		t.release()
+		p.release(t)
 	}
 	clear(p.flows)
 }
 
-func (t *flowTail) release() {
+func (p *tailProbes) release(t *flowTail) {
 	for i, c := range t.last {
 		if c != nil {
 			c.DecRef()
 			t.last[i] = nil
 		}
 	}
+	p.lone.settle(t)
 }

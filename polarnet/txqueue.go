@@ -71,6 +71,9 @@ type txQueue struct {
 	// tails keeps flows' last data segments (see tailProbes).
 	tails *tailProbes
 	syns  synStamps
+	// loneTimer sends lone retransmissions again (rtxprobe.go).
+	loneTimer tcpip.Timer
+	loneArmed bool
 	// windows keeps pure ACKs within closed windows (closedwnd.go).
 	windows *closedWindows
 }
@@ -119,6 +122,9 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	for _, c := range q.tails.observe(pkt, &seg, q.clock) {
 		q.pending, q.segs = append(q.pending, c), append(q.segs, parseSegment(c))
 	}
+	if q.tails.lone.n.Load() > 0 {
+		q.armLone(q.clock.now() + int64(q.loneDelay()))
+	}
 	q.pending = append(q.pending, pkt.IncRef())
 	q.segs = append(q.segs, seg)
 	if q.linkCaps&link.CapTXChecksum != 0 {
@@ -162,6 +168,9 @@ func (q *txQueue) Close() {
 		q.acks.close()
 	}
 	q.tails.releaseAll()
+	if q.loneTimer != nil {
+		q.loneTimer.Stop()
+	}
 }
 
 // flush writes out what is pending; the poller calls it every iteration.
