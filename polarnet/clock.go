@@ -50,6 +50,9 @@ type shardClock struct {
 	// protocolFloor is the shortest delay a gVisor timer gets (not ours):
 	// see TCPConfig.MinRecoveryTimer.
 	protocolFloor time.Duration
+	// reorderingTimers counts the RACK reordering timers AfterFunc told
+	// apart (tests read it).
+	reorderingTimers atomic.Uint64
 
 	mu       sync.Mutex
 	timers   timerHeap
@@ -103,9 +106,15 @@ func (c *shardClock) thaw() { c.frozen.Store(0) }
 const noTimer = int64(^uint64(0) >> 1)
 
 // AfterFunc implements tcpip.Clock: gVisor's timers, whose non-zero delays
-// are raised to protocolFloor.
+// are raised to protocolFloor, but RACK's reordering timer's to at most
+// reorderingTimerFloor (timersite.go).
 func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
-	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor}
+	floor := c.protocolFloor
+	if creatingReorderingTimer(1) {
+		floor = min(floor, reorderingTimerFloor)
+		c.reorderingTimers.Add(1)
+	}
+	t := &shardTimer{clock: c, f: f, index: -1, floor: floor}
 	t.Reset(d)
 	return t
 }

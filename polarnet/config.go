@@ -153,12 +153,14 @@ type TCPConfig struct {
 	// MinRTO is the minimum retransmission timeout. Zero: 200ms.
 	MinRTO time.Duration
 
-	// MinRecoveryTimer is the shortest delay of gVisor's sub-RTO timers:
-	// RACK's reordering timer and tail-loss probe (2 SRTT, no floor in
-	// gVisor). At microsecond round trips, unfloored, queueing delay fires
-	// them and the sender retransmits what was never lost; 50ms keeps such
-	// retransmits rare while the conformance suite's loss scenarios pass
-	// (figures: docs/benchmarks.md). It
+	// MinRecoveryTimer is the shortest delay of gVisor's tail-loss probe
+	// (2 SRTT, no floor in gVisor) and of the engine's second send of a
+	// retransmission nothing followed; RACK's reordering timer, armed only
+	// once a SACK shows a loss or reordering, gets at most 1ms of it
+	// (a kernel tick). At microsecond round trips, unfloored,
+	// queueing delay fires the probe and the sender retransmits what was
+	// never lost; 50ms keeps such retransmits rare while the conformance
+	// suite's loss scenarios pass (figures: docs/benchmarks.md). It
 	// delays the timers' wake-ups, not gVisor's deadlines: gVisor moves a
 	// running timer's deadline without re-arming it, so a tail-loss probe
 	// still goes out when a floored wake-up finds the last send older than
