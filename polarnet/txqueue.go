@@ -70,7 +70,8 @@ type txQueue struct {
 	finWait func(tcpip.NetworkProtocolNumber, flowKey) bool
 	// tails keeps flows' last data segments (see tailProbes).
 	tails *tailProbes
-	syns  synStamps
+	// syns restamps retransmitted SYNs (synstamp.go).
+	syns synStamps
 	// loneTimer sends lone retransmissions again (rtxprobe.go).
 	loneTimer tcpip.Timer
 	loneArmed bool
