@@ -101,7 +101,8 @@ var (
 	ACKHeld  = counter("polarnet_ack_held_total", "Pure ACKs the ACK filter held back for a segment to carry them.")
 	Wakeups  = counter("polarnet_poll_wakeups_total", "Times the poller slept and woke.")
 	PollErrs = counter("polarnet_poll_errors_total", "Failed RX bursts and waits.")
-	Retrans  = counter("polarnet_tcp_retransmits_total", "TCP segments retransmitted.")
+	Retrans  = counter("polarnet_tcp_retransmits_total", "TCP segments retransmitted on the wire.")
+	Withheld = counter("polarnet_tcp_probes_withheld_total", "Tail-loss probes the engine held back that an ACK then showed needless: never sent, not in polarnet_tcp_retransmits_total.")
 	RTOs     = counter("polarnet_tcp_rto_timeouts_total", "TCP retransmission timer expiries.")
 	Recovers = counter("polarnet_tcp_recoveries_total", "TCP loss-recovery episodes by kind: fast, sack, tlp; spurious counts those found needless.", "kind")
 	TxBatch  = &Desc{Name: "polarnet_tx_batch_frames", Type: Histogram, Help: "Frames per WriteBurst call of the TX queue.", Labels: shardLabels}
@@ -138,7 +139,7 @@ var (
 func Engine() []*Desc {
 	return []*Desc{
 		LinkInfo, TCPConns, KernelConns, RxFrames, RxBytes, TxFrames, TxBytes, TxBursts, Drops, Handoffs, ACKFilt, ACKHeld,
-		Wakeups, PollErrs, Retrans, RTOs, Recovers, TxBatch, TxQueued, HoQueued, PollIter, PollBusy,
+		Wakeups, PollErrs, Retrans, Withheld, RTOs, Recovers, TxBatch, TxQueued, HoQueued, PollIter, PollBusy,
 		PollTime, LogsSupp, LinkRxFrames, LinkRxBytes, LinkTxFrames, LinkTxBytes, PoolSize, PoolFree,
 		PoolFreeMin,
 	}
@@ -201,6 +202,7 @@ func CollectStats(stats polarnet.Stats, fn func(Sample)) {
 		emit(Wakeups, float64(s.PollWakeups), l...)
 		emit(PollErrs, float64(s.PollErrors), l...)
 		emit(Retrans, float64(s.Retransmits), l...)
+		emit(Withheld, float64(s.ProbesWithheld), l...)
 		emit(RTOs, float64(s.RTOTimeouts), l...)
 		emit(Recovers, float64(s.FastRecovery), with("fast")...)
 		emit(Recovers, float64(s.SACKRecovery), with("sack")...)

@@ -50,9 +50,11 @@ type shardClock struct {
 	// protocolFloor is the shortest delay a gVisor timer gets (not ours):
 	// see TCPConfig.MinRecoveryTimer.
 	protocolFloor time.Duration
-	// reorderingTimers counts the RACK reordering timers AfterFunc told
-	// apart (tests read it).
-	reorderingTimers atomic.Uint64
+	// made counts the timers AfterFunc made, by kind (tests read it).
+	made [probeTimer + 1]atomic.Uint64
+	// probing is set while the poller runs a tail-loss probe timer's
+	// callback: a retransmission sent then is gVisor's probe (probehold.go).
+	probing atomic.Bool
 
 	mu       sync.Mutex
 	timers   timerHeap
@@ -109,12 +111,11 @@ const noTimer = int64(^uint64(0) >> 1)
 // are raised to protocolFloor, but RACK's reordering timer's to at most
 // reorderingTimerFloor (timersite.go).
 func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
-	floor := c.protocolFloor
-	if creatingReorderingTimer(1) {
-		floor = min(floor, reorderingTimerFloor)
-		c.reorderingTimers.Add(1)
+	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor, kind: creatingTimer(1)}
+	if t.kind == reorderingTimer {
+		t.floor = min(t.floor, reorderingTimerFloor)
 	}
-	t := &shardTimer{clock: c, f: f, index: -1, floor: floor}
+	c.made[t.kind].Add(1)
 	t.Reset(d)
 	return t
 }
@@ -139,7 +140,13 @@ func (c *shardClock) runDue(now int64) {
 	c.rearmLocked()
 	c.mu.Unlock()
 	for _, t := range due {
+		if t.kind != probeTimer {
+			t.f()
+			continue
+		}
+		c.probing.Store(true)
 		t.f()
+		c.probing.Store(false)
 	}
 }
 
@@ -190,6 +197,7 @@ type shardTimer struct {
 	index int           // position in the heap, -1 when not scheduled there
 	goT   *time.Timer   // set once the clock is detached
 	floor time.Duration // the shortest non-zero delay
+	kind  timerKind
 }
 
 // Stop implements tcpip.Timer.

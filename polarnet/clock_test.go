@@ -75,3 +75,17 @@ func TestShardClockHoldsThePollersReading(t *testing.T) {
 	c.thaw()
 	assert.False(t, c.NowMonotonic().Before(next), "live once the poller sleeps")
 }
+
+// The clock marks the time a probe timer's callback runs, and no other's.
+func TestShardClockMarksProbing(t *testing.T) {
+	c := newShardClock(func() {})
+	var during []bool
+	record := func() { during = append(during, c.probing.Load()) }
+	c.AfterFunc(0, record)
+	probe := c.AfterFunc(time.Hour, record).(*shardTimer)
+	probe.kind = probeTimer
+	probe.Reset(0)
+	c.runDue(c.read())
+	assert.Equal(t, []bool{false, true}, during)
+	assert.False(t, c.probing.Load(), "after the callback")
+}

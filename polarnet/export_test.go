@@ -4,10 +4,12 @@ package polarnet
 // its waker's P and not yet run.
 func ReaderWokenLocally() bool { return readerWokenLocally.Load() != nil }
 
-// ReorderingTimers counts the RACK reordering timers st's clocks told apart.
-func ReorderingTimers(st *Stack) (n uint64) {
+// TimersToldApart counts the RACK reordering timers and tail-loss probe
+// timers st's clocks told apart.
+func TimersToldApart(st *Stack) (reordering, probe uint64) {
 	for _, sh := range st.shards {
-		n += sh.clock.reorderingTimers.Load()
+		reordering += sh.clock.made[reorderingTimer].Load()
+		probe += sh.clock.made[probeTimer].Load()
 	}
-	return n
+	return reordering, probe
 }

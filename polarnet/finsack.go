@@ -306,36 +306,51 @@ func finWait1(st *stack.Stack, proto tcpip.NetworkProtocolNumber, flow flowKey) 
 // the frame, or nil when no block fits. The transport checksum is left for
 // the link to complete (partial) or completed here (full).
 func withSACK(eth []byte, s *segment, blocks []header.SACKBlock, proto tcpip.NetworkProtocolNumber, full bool) []byte {
-	th := header.TCP(s.transport)
+	nl := len(s.network)
+	f := sackFrame(eth, s.network, header.TCP(s.transport), nil, blocks, proto, full)
+	if f == nil {
+		return nil
+	}
+	s.network = f[len(eth) : len(eth)+nl]
+	s.transport = f[len(eth)+nl:]
+	s.sack = true
+	return f
+}
+
+// sackFrame builds a frame of Ethernet header eth, IP headers network (of
+// protocol proto), TCP header th (its data offset within it) with a SACK
+// option of as many of blocks as fit after its options, and payload. It
+// returns nil when no block fits. The TCP checksum is zero (partial: the
+// link completes it) or complete (full).
+func sackFrame(eth, network []byte, th header.TCP, payload []byte, blocks []header.SACKBlock, proto tcpip.NetworkProtocolNumber, full bool) []byte {
 	hl := int(th.DataOffset())
 	k := min(len(blocks), (header.TCPHeaderMaximumSize-hl-4)/8)
 	if k <= 0 {
 		return nil
 	}
 	grow := 4 + 8*k
-	nl := len(s.network)
-	f := make([]byte, 0, len(eth)+nl+hl+grow)
-	f = append(append(append(f, eth...), s.network...), th[:hl]...)
+	nl := len(network)
+	f := make([]byte, 0, len(eth)+nl+hl+grow+len(payload))
+	f = append(append(append(f, eth...), network...), th[:hl]...)
 	f = append(f, header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, byte(2+8*k))
 	for _, b := range blocks[:k] {
 		f = binary.BigEndian.AppendUint32(f, uint32(b.Start))
 		f = binary.BigEndian.AppendUint32(f, uint32(b.End))
 	}
-	s.network = f[len(eth) : len(eth)+nl]
-	s.transport = f[len(eth)+nl:]
-	nth := header.TCP(s.transport)
+	f = append(f, payload...)
+	nth := header.TCP(f[len(eth)+nl:])
 	nth.SetDataOffset(uint8(hl + grow))
 	nth.SetChecksum(0)
 	var src, dst tcpip.Address
 	switch proto {
 	case header.IPv4ProtocolNumber:
-		ip := header.IPv4(s.network)
+		ip := header.IPv4(f[len(eth) : len(eth)+nl])
 		ip.SetTotalLength(ip.TotalLength() + uint16(grow))
 		ip.SetChecksum(0)
 		ip.SetChecksum(^ip.CalculateChecksum())
 		src, dst = ip.SourceAddress(), ip.DestinationAddress()
 	case header.IPv6ProtocolNumber:
-		ip := header.IPv6(s.network)
+		ip := header.IPv6(f[len(eth) : len(eth)+nl])
 		ip.SetPayloadLength(ip.PayloadLength() + uint16(grow))
 		src, dst = ip.SourceAddress(), ip.DestinationAddress()
 	}
@@ -343,6 +358,5 @@ func withSACK(eth []byte, s *segment, blocks []header.SACKBlock, proto tcpip.Net
 		sum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(nth)))
 		nth.SetChecksum(^checksum.Checksum(nth, sum))
 	}
-	s.sack = true
 	return f
 }

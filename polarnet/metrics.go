@@ -40,8 +40,13 @@ type ShardMetrics struct {
 
 	// TCP loss recovery (tcpip.Stats.TCP).
 
-	// Retransmits counts retransmitted TCP segments.
+	// Retransmits counts TCP segments retransmitted on the wire: gVisor's
+	// count (its TCP.Retransmits) less the probes withheld, plus the
+	// engine's own resends (docs/design.md, Loss recovery).
 	Retransmits uint64
+	// ProbesWithheld counts tail-loss probes gVisor sent that the engine
+	// held back and an ACK then showed needless: they never left.
+	ProbesWithheld uint64
 	// RTOTimeouts counts retransmission timer expiries.
 	RTOTimeouts uint64
 	// FastRecovery, SACKRecovery and TLPRecovery count loss-recovery
@@ -87,6 +92,7 @@ func (m *ShardMetrics) add(o *ShardMetrics) {
 	m.AppAcceptOverflow += o.AppAcceptOverflow
 	m.AppUDPReceiveBufferFull += o.AppUDPReceiveBufferFull
 	m.Retransmits += o.Retransmits
+	m.ProbesWithheld += o.ProbesWithheld
 	m.RTOTimeouts += o.RTOTimeouts
 	m.FastRecovery += o.FastRecovery
 	m.SACKRecovery += o.SACKRecovery
@@ -188,7 +194,8 @@ func (s *shard) metrics(out *ShardMetrics) {
 	out.StackDropped = st.DroppedPackets.Value()
 	out.AppAcceptOverflow = st.TCP.ListenOverflowSynDrop.Value() + st.TCP.ListenOverflowAckDrop.Value()
 	out.AppUDPReceiveBufferFull = st.UDP.ReceiveBufferErrors.Value()
-	out.Retransmits = st.TCP.Retransmits.Value()
+	out.ProbesWithheld = s.stats.probesWithheld.Load()
+	out.Retransmits = st.TCP.Retransmits.Value() - out.ProbesWithheld + s.stats.resent.Load()
 	out.RTOTimeouts = st.TCP.Timeouts.Value()
 	out.FastRecovery = st.TCP.FastRecovery.Value()
 	out.SACKRecovery = st.TCP.SACKRecovery.Value()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -61,35 +62,79 @@ func (l *loneRetransmissions) follow(t *flowTail, pkt *stack.PacketBuffer, now i
 		l.count(t, 1)
 		l.waiting = append(l.waiting, t)
 	}
-	t.rtxPkt, t.rtxAt = pkt.IncRef(), now
+	t.rtxPkt, t.rtxAt, t.held = pkt.IncRef(), now, false
 }
 
-// settle forgets flow t's lone retransmission: something came or went.
+// hold keeps pkt, a tail-loss probe of flow t covering seq, instead of
+// sending it: it waits from the flow's last segment out (probehold.go).
+func (l *loneRetransmissions) hold(t *flowTail, pkt *stack.PacketBuffer, seq header.SACKBlock) {
+	l.follow(t, pkt, t.at)
+	t.held, t.heldSeq = true, seq
+}
+
+// settle forgets flow t's lone retransmission or withheld probe.
 func (l *loneRetransmissions) settle(t *flowTail) {
 	if t.rtxPkt != nil {
 		t.rtxPkt.DecRef()
-		t.rtxPkt = nil
+		t.rtxPkt, t.held = nil, false
 		l.count(t, -1)
 	}
 }
 
-// due takes out the retransmissions alone for delay at now (each with its
-// reference) and returns when the next is due, if any.
+// sent follows new data of flow t sent at now: a lone retransmission is no
+// longer alone, a withheld probe waits anew.
+func (l *loneRetransmissions) sent(t *flowTail, now int64) {
+	if t.held {
+		t.rtxAt = now
+		return
+	}
+	l.settle(t)
+}
+
+// acked follows an ACK of flow t, acknowledging up to ack, received at now.
+// A lone retransmission is settled. A withheld probe the ACK covers was
+// needless: it is dropped and acked returns the D-SACK block that tells
+// gVisor so; one it does not cover waits anew.
+func (l *loneRetransmissions) acked(t *flowTail, ack seqnum.Value, now int64) (dsack header.SACKBlock, needless bool) {
+	if !t.held {
+		l.settle(t)
+		return header.SACKBlock{}, false
+	}
+	if ack.LessThan(t.heldSeq.End) {
+		t.rtxAt = now
+		return header.SACKBlock{}, false
+	}
+	dsack = t.heldSeq
+	l.settle(t)
+	return dsack, true
+}
+
+// due takes out the retransmissions alone for delay at now, and the
+// withheld probes whose wait is over, each with its reference, and returns
+// when the next is due, if any. A probe that goes is then followed as a
+// lone retransmission.
 func (l *loneRetransmissions) due(now int64, delay time.Duration, out []*stack.PacketBuffer) ([]*stack.PacketBuffer, int64, bool) {
 	next, any := int64(0), false
 	kept := l.waiting[:0]
 	for _, t := range l.waiting {
 		switch {
 		case t.rtxPkt == nil:
-		case now-t.rtxAt >= int64(delay):
+			continue
+		case now-t.rtxAt < int64(delay):
+		case t.held:
+			seg := parseSegment(t.rtxPkt)
+			t.rtxTSVal, t.rtx = sentTSVal(&seg)
+			out = append(out, t.rtxPkt.IncRef())
+			t.held, t.rtxAt, t.at = false, now, now
+		default:
 			out = append(out, t.rtxPkt)
 			t.rtxPkt = nil
 			l.count(t, -1)
-		default:
-			kept = append(kept, t)
-			if at := t.rtxAt + int64(delay); !any || at < next {
-				next, any = at, true
-			}
+			continue
+		}
+		kept = append(kept, t)
+		if at := t.rtxAt + int64(delay); !any || at < next {
+			next, any = at, true
 		}
 	}
 	clear(l.waiting[len(kept):])
@@ -102,12 +147,13 @@ func (q *txQueue) loneDelay() time.Duration {
 	return max(q.clock.protocolFloor, loneMinDelay)
 }
 
-// armLone arms the timer for the lone retransmissions, if it is not.
+// armLone arms the timer for the lone retransmissions to go off at at,
+// unless it goes off before.
 func (q *txQueue) armLone(at int64) {
-	if q.loneArmed {
+	if q.loneArmed && q.loneAt <= at {
 		return
 	}
-	q.loneArmed = true
+	q.loneArmed, q.loneAt = true, at
 	wait := max(time.Duration(at-q.clock.now()), 1)
 	if q.loneTimer == nil {
 		q.loneTimer = q.clock.afterFuncExact(wait, q.resendLone)
@@ -116,8 +162,8 @@ func (q *txQueue) armLone(at int64) {
 	}
 }
 
-// resendLone is the timer's: it queues the lone retransmissions that are
-// due and sends them.
+// resendLone is the timer's: it queues the lone retransmissions and
+// withheld probes that are due and sends them.
 func (q *txQueue) resendLone() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -134,6 +180,7 @@ func (q *txQueue) resendLone() {
 			continue
 		}
 		q.pending, q.segs = append(q.pending, pkt), append(q.segs, seg)
+		q.stats.resent.Add(1)
 	}
 	if more {
 		q.armLone(next)
@@ -145,25 +192,34 @@ func (q *txQueue) resendLone() {
 
 // received follows a received TCP segment, whose headers are h and TCP
 // header th (its data offset within th): it settles the flow's lone
-// retransmission and raises its echo (sackEcho). fixChecksum tells whether
-// the segment's checksum is complete, to be updated.
-func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) {
+// retransmission or withheld probe and raises its echo (sackEcho).
+// fixChecksum tells whether the segment's checksum is complete, to be
+// updated. When the segment shows a withheld probe needless, received
+// returns the D-SACK block to add to it (probehold.go).
+func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack header.SACKBlock, needless bool) {
 	if th.Flags()&header.TCPFlagAck == 0 {
-		return
+		return dsack, false
+	}
+	echo := int(th.DataOffset()) > tsOnlyHeader
+	if !echo && q.tails.lone.n.Load() == 0 {
+		return dsack, false
 	}
 	flow := h.flow(th)
-	echo := int(th.DataOffset()) > tsOnlyHeader
 	if !echo && !q.tails.lone.mayBeLone(flow) {
-		return
+		return dsack, false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	t := q.tails.flows[flow]
 	if t == nil {
-		return
+		return dsack, false
 	}
-	q.tails.lone.settle(t)
+	dsack, needless = q.tails.lone.acked(t, seqnum.Value(th.AckNumber()), q.clock.now())
+	if needless {
+		q.stats.probesWithheld.Add(1)
+	}
 	if echo {
 		q.tails.raiseEcho(t, th, fixChecksum)
 	}
+	return dsack, needless
 }

@@ -76,6 +76,7 @@ type shardCounters struct {
 	txFrames, txBytes, txBursts        atomic.Uint64
 	txRingFull, txRetried, txErrors    atomic.Uint64
 	ackFiltered, ackHeld               atomic.Uint64
+	resent, probesWithheld             atomic.Uint64 // rtxprobe.go, tailprobe.go, probehold.go
 	pollWakeups, pollErrors            atomic.Uint64
 	m                                  shardMetrics // metrics.go
 }
@@ -396,11 +397,19 @@ func (s *shard) deliver(n int) {
 		if sharded {
 			dst = s.owner.owner(h)
 		}
+		var rebuilt []byte
 		if th := h.tcp(); th != nil && int(th.DataOffset()) >= header.TCPMinimumSize && int(th.DataOffset()) <= len(th) {
-			s.txOf(dst).received(h, th, !f.ChecksumValid)
+			if dsack, needless := s.txOf(dst).received(h, th, !f.ChecksumValid); needless {
+				rebuilt = withDSACK(f.Buf[:length], h, th, dsack, !f.ChecksumValid)
+			}
 		}
 		proto := h.ethType
-		payload := s.payload(i, length, headerSplit(h))
+		var payload buffer.Buffer
+		if rebuilt != nil {
+			payload = buffer.MakeWithData(rebuilt)
+		} else {
+			payload = s.payload(i, length, headerSplit(h))
+		}
 		switch dst {
 		case toReceiver, s.id:
 			s.deliverPayload(proto, payload, !s.lone[i])

@@ -34,7 +34,9 @@ type tailProbes struct {
 // oldest first, the end of the highest data sent and when the last data
 // segment went (shard clock); for sackEcho, the timestamp of the last
 // retransmission, if it had one; for loneRetransmissions, that
-// retransmission while nothing followed it, and when it went.
+// retransmission while nothing followed it, and when it went, or a
+// withheld tail-loss probe (probehold.go), its sequence space, and since
+// when it waits.
 type flowTail struct {
 	flow     flowKey
 	last     [tailCopies]*stack.PacketBuffer
@@ -44,6 +46,8 @@ type flowTail struct {
 	rtx      bool // rtxTSVal is set
 	rtxPkt   *stack.PacketBuffer
 	rtxAt    int64
+	held     bool // rtxPkt is a withheld probe, not sent yet
+	heldSeq  header.SACKBlock
 }
 
 const (
@@ -65,17 +69,20 @@ func newTailProbes(windows *closedWindows) *tailProbes {
 }
 
 // observe follows pkt, about to be queued, and returns the copies to queue
-// ahead of it (each with a reference of its own), if any.
-func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shardClock) []*stack.PacketBuffer {
+// ahead of it (each with a reference of its own), if any. When pkt is a
+// retransmission kept as the flow's lone one, due is when it goes again
+// (delay after); held tells that pkt is a tail-loss probe withheld, not to
+// be queued (probehold.go).
+func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shardClock, delay time.Duration) (probes []*stack.PacketBuffer, due int64, held bool) {
 	if !seg.tcp {
-		return nil
+		return nil, 0, false
 	}
 	if seg.flags&(header.TCPFlagFin|header.TCPFlagRst) != 0 {
 		p.forget(seg.flow)
-		return nil
+		return nil, 0, false
 	}
 	if seg.payload == 0 {
-		return nil
+		return nil, 0, false
 	}
 	seq, now := seqnum.Value(header.TCP(seg.transport).SequenceNumber()), clock.now()
 	t := p.flows[seg.flow]
@@ -86,26 +93,31 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		t = &flowTail{flow: seg.flow, end: seq}
 		p.flows[seg.flow] = t
 	}
-	var probes []*stack.PacketBuffer
 	if oldest := t.last[0]; oldest != nil && now-t.at >= tailSilence && seq.LessThan(tailSeq(oldest)) && !p.windowClosed(seg.flow) {
 		for _, c := range t.last {
 			probes = append(probes, c.IncRef())
 		}
 	}
-	if !seq.LessThan(t.end) {
+	end := seq.Add(seqnum.Size(seg.payload))
+	switch {
+	case !seq.LessThan(t.end):
 		if t.last[0] != nil {
 			t.last[0].DecRef()
 		}
 		copy(t.last[:], t.last[1:])
 		t.last[tailCopies-1] = pkt.IncRef()
-		t.end = seq.Add(seqnum.Size(seg.payload))
-		p.lone.settle(t)
-	} else {
+		t.end = end
+		p.lone.sent(t, now)
+	case probing(t, seq, clock) && now-t.at < int64(delay):
+		p.lone.hold(t, pkt, header.SACKBlock{Start: seq, End: end})
+		return probes, t.rtxAt + int64(delay), true
+	default:
 		t.rtxTSVal, t.rtx = sentTSVal(seg)
 		p.lone.follow(t, pkt, now)
+		due = now + int64(delay)
 	}
 	t.at = now
-	return probes
+	return probes, due, false
 }
 
 func (p *tailProbes) windowClosed(f flowKey) bool {

@@ -33,7 +33,8 @@ func (f *tailFlow) send(after time.Duration, s seg) []uint32 {
 	defer pkt.DecRef()
 	sg := parseSegment(pkt)
 	var seqs []uint32
-	for _, c := range f.p.observe(pkt, &sg, f.clock) {
+	copies, _, _ := f.p.observe(pkt, &sg, f.clock, time.Millisecond)
+	for _, c := range copies {
 		seqs = append(seqs, header.TCP(c.TransportHeader().Slice()).SequenceNumber()-1)
 		c.DecRef()
 	}
@@ -102,7 +103,7 @@ func TestTailProbesForget(t *testing.T) {
 	for port := range uint16(maxTailFlows + 1) {
 		pkt := packet(seg{port: port, flags: ackPsh, payload: 1})
 		sg := parseSegment(pkt)
-		f.p.observe(pkt, &sg, f.clock)
+		f.p.observe(pkt, &sg, f.clock, time.Millisecond)
 		pkt.DecRef()
 	}
 	assert.LessOrEqual(t, len(f.p.flows), maxTailFlows)

@@ -13,49 +13,63 @@ import (
 // shows a segment sent later delivered while an earlier one is not, which a
 // path that neither loses nor reorders never does; floored at 50ms, it made
 // each loss so detected wait that long where Linux waits a round trip and a
-// quarter plus a tick. So it gets at most reorderingTimerFloor. gVisor
-// creates each timer at its first arming, and RACK's reordering timer's in
-// detectLoss: the clock tells it apart by that function on the call stack,
-// read once per distinct stack (TestReorderingTimersToldApart holds the
-// pinned gVisor to it).
+// quarter plus a tick. So it gets at most reorderingTimerFloor. The probe
+// timer keeps the floor, which its wake-up alone cannot hold (probehold.go
+// holds it on the way out): the clock marks it so that the TX queue knows
+// a probe when one goes. gVisor creates each timer at its first arming,
+// RACK's reordering timer in detectLoss and the probe timer in schedulePTO:
+// the clock tells them apart by that function on the call stack, read once
+// per distinct stack (TestTimersToldApart holds the pinned gVisor to it).
 
 // reorderingTimerFloor is the floor of RACK's reordering timer, about a
 // kernel tick, unless MinRecoveryTimer is lower.
 const reorderingTimerFloor = time.Millisecond
 
-// reorderingArmer is the function, as the runtime names it, whose call
-// creates RACK's reordering timer.
-const reorderingArmer = "gvisor.dev/gvisor/pkg/tcpip/transport/tcp.(*rackControl).detectLoss"
+// timerKind is what the clock knows of a gVisor timer.
+type timerKind uint8
 
-// timerSites caches, by call stack, whether AfterFunc was called from
-// reorderingArmer.
-var timerSites sync.Map // [timerStackDepth]uintptr → bool
+const (
+	otherTimer      timerKind = iota
+	reorderingTimer           // RACK's reordering timer
+	probeTimer                // the tail-loss probe's
+)
+
+// timerArmers are the functions, as the runtime names them, whose calls
+// create the timers told apart.
+var timerArmers = map[string]timerKind{
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp.(*rackControl).detectLoss": reorderingTimer,
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp.(*sender).schedulePTO":     probeTimer,
+}
+
+// timerSites caches, by call stack, the kind of timer AfterFunc was
+// called for.
+var timerSites sync.Map // [timerStackDepth]uintptr → timerKind
 
 // timerStackDepth is how many frames above AfterFunc are read: enough for
-// gVisor's timer.enable and resetOrStart, not inlined, and detectLoss.
+// gVisor's timer.enable and resetOrStart, not inlined, and the armer.
 const timerStackDepth = 6
 
-// creatingReorderingTimer reports whether AfterFunc's caller is creating
-// RACK's reordering timer; skip is how many frames lie between this
-// function and AfterFunc's caller.
-func creatingReorderingTimer(skip int) bool {
+// creatingTimer returns the kind of timer AfterFunc's caller is creating;
+// skip is how many frames lie between this function and AfterFunc's
+// caller.
+func creatingTimer(skip int) timerKind {
 	var pcs [timerStackDepth]uintptr
 	n := runtime.Callers(skip+2, pcs[:])
 	if known, ok := timerSites.Load(pcs); ok {
-		return known.(bool)
+		return known.(timerKind)
 	}
-	found := false
+	kind := otherTimer
 	frames := runtime.CallersFrames(pcs[:n])
 	for {
 		f, more := frames.Next()
-		if f.Function == reorderingArmer {
-			found = true
+		if k, ok := timerArmers[f.Function]; ok {
+			kind = k
 			break
 		}
 		if !more {
 			break
 		}
 	}
-	timerSites.Store(pcs, found)
-	return found
+	timerSites.Store(pcs, kind)
+	return kind
 }

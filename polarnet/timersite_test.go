@@ -13,10 +13,11 @@ import (
 	"github.com/polarnet/polarnet/polarnet"
 )
 
-// The clock tells RACK's reordering timer apart from gVisor's other
-// timers: a lossy exchange creates some, a lossless one none (the timer
-// needs a SACK to be armed).
-func TestReorderingTimersToldApart(t *testing.T) {
+// The clock tells RACK's reordering timer and the tail-loss probe's apart
+// from gVisor's other timers: a lossy exchange creates reordering timers,
+// a lossless one none (the timer needs a SACK to be armed); both create
+// probe timers (every connection that sends data arms one).
+func TestTimersToldApart(t *testing.T) {
 	exchange := func(t *testing.T, loss float64) (a, b *polarnet.Stack) {
 		la, lb := pipe.New(pipe.Config{})
 		a = newStack(t, impair.New(la, impair.Symmetric(impair.Impairment{Loss: loss}, 1)), addrA, addrA6)
@@ -28,8 +29,15 @@ func TestReorderingTimersToldApart(t *testing.T) {
 		require.NoError(t, xfer.Exchange(client, srv, 256<<10))
 		return a, b
 	}
-	a, b := exchange(t, 0)
-	assert.Zero(t, polarnet.ReorderingTimers(a)+polarnet.ReorderingTimers(b), "lossless")
-	a, b = exchange(t, 0.05)
-	assert.Positive(t, polarnet.ReorderingTimers(a)+polarnet.ReorderingTimers(b), "5% loss")
+	told := func(a, b *polarnet.Stack) (reordering, probe uint64) {
+		ra, pa := polarnet.TimersToldApart(a)
+		rb, pb := polarnet.TimersToldApart(b)
+		return ra + rb, pa + pb
+	}
+	reordering, probe := told(exchange(t, 0))
+	assert.Zero(t, reordering, "lossless")
+	assert.Equal(t, uint64(2), probe, "lossless: one per connection end")
+	reordering, probe = told(exchange(t, 0.05))
+	assert.Positive(t, reordering, "5% loss")
+	assert.Equal(t, uint64(2), probe, "5% loss: one per connection end")
 }

@@ -75,6 +75,7 @@ type txQueue struct {
 	// loneTimer sends lone retransmissions again (rtxprobe.go).
 	loneTimer tcpip.Timer
 	loneArmed bool
+	loneAt    int64 // when the armed timer goes off (shard clock)
 	// windows keeps pure ACKs within closed windows (closedwnd.go).
 	windows *closedWindows
 }
@@ -120,11 +121,16 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		return &tcpip.ErrClosedForSend{}
 	}
 	q.syns.restamp(&seg, q.clock, q.linkCaps&link.CapTXChecksum == 0)
-	for _, c := range q.tails.observe(pkt, &seg, q.clock) {
+	copies, due, held := q.tails.observe(pkt, &seg, q.clock, q.loneDelay())
+	for _, c := range copies {
 		q.pending, q.segs = append(q.pending, c), append(q.segs, parseSegment(c))
 	}
-	if q.tails.lone.n.Load() > 0 {
-		q.armLone(q.clock.now() + int64(q.loneDelay()))
+	q.stats.resent.Add(uint64(len(copies)))
+	if due != 0 {
+		q.armLone(due)
+	}
+	if held {
+		return nil
 	}
 	q.pending = append(q.pending, pkt.IncRef())
 	q.segs = append(q.segs, seg)

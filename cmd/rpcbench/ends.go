@@ -216,10 +216,10 @@ func (ne *netEnd) snap() snap {
 	return s
 }
 
-// stackRetrans sums TCP retransmits over a stack's shards.
+// stackRetrans sums the TCP segments a stack's shards retransmitted on
+// the wire.
 func stackRetrans(st *polarnet.Stack) int64 {
-	n, _ := st.ProtocolCounter("TCP.Retransmits")
-	return int64(n)
+	return int64(st.Stats().Total.Retransmits)
 }
 
 // localServer serves on a netEnd in this process.
