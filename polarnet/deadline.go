@@ -11,6 +11,10 @@ import (
 type deadline struct {
 	mu    sync.Mutex
 	timer *time.Timer
+	// sets counts the calls of set: a timer that fires expires the deadline
+	// only if it is the last set's, since Stop cannot stop one that has
+	// fired and waits for mu.
+	sets uint64
 	// expired is written under mu and read without it: every Read and
 	// Write asks for it, and a lock there is one more cache line that a
 	// conn's goroutine pulls to whichever vCPU it runs on.
@@ -37,6 +41,11 @@ func (d *deadline) renew() {
 func (d *deadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.setLocked(t)
+}
+
+func (d *deadline) setLocked(t time.Time) {
+	d.sets++
 	if d.timer != nil {
 		d.timer.Stop()
 		d.timer = nil
@@ -52,11 +61,11 @@ func (d *deadline) set(t time.Time) {
 		d.expireLocked()
 		return
 	}
-	ch := d.done()
+	sets := d.sets
 	d.timer = time.AfterFunc(wait, func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.done() == ch && !isClosed(ch) {
+		if d.sets == sets && !isClosed(d.done()) {
 			d.expireLocked()
 		}
 	})
