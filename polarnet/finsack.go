@@ -50,6 +50,10 @@ type sackFlow struct {
 	closing bool         // past our FIN; else our SYN awaits a SYN-ACK
 	seen    int64        // its last segment (shard clock)
 	ack     seqnum.Value // the cumulative ACK last sent (closing)
+	// next ends the data received in order from ack on (closing): gVisor
+	// may not have acknowledged it yet, but it is no hole, and a block
+	// above it only is one.
+	next seqnum.Value
 	// finAck, once peerFIN, is the ACK number that acknowledges the
 	// peer's FIN.
 	finAck  seqnum.Value
@@ -118,7 +122,7 @@ func (f *finSACK) sent(s *segment, proto tcpip.NetworkProtocolNumber, now int64,
 	case fl == nil:
 		if _, ok := f.open[s.flow]; ok && s.flags&header.TCPFlagFin != 0 && finWait1(proto, s.flow) {
 			delete(f.open, s.flow)
-			f.watch(s.flow, &sackFlow{closing: true, seen: now, ack: s.ack, blocks: make([]sackRange, 0, maxFlowBlocks)}, now)
+			f.watch(s.flow, &sackFlow{closing: true, seen: now, ack: s.ack, next: s.ack, blocks: make([]sackRange, 0, maxFlowBlocks)}, now)
 		}
 	case fl.closing && s.flags&header.TCPFlagAck != 0:
 		fl.seen = now
@@ -173,15 +177,46 @@ func (f *finSACK) received(h *rxHeaders, now int64) {
 		if th.Flags()&header.TCPFlagFin != 0 {
 			fl.peerFIN, fl.finAck = true, seq.Add(seqnum.Size(payload)+1)
 		}
-		if payload > 0 && fl.ack.LessThan(seq) {
-			fl.received(header.SACKBlock{Start: seq, End: seq.Add(seqnum.Size(payload))})
+		if payload > 0 {
+			fl.arrived(header.SACKBlock{Start: seq, End: seq.Add(seqnum.Size(payload))})
 		}
 	}
 }
 
-// received records a block of data above the cumulative ACK, as the most
-// recent: it merges with the blocks it overlaps or touches, and the oldest
-// block goes when there are too many.
+// arrived follows received data b: in order, it moves next on; above a
+// hole, it is recorded.
+func (fl *sackFlow) arrived(b header.SACKBlock) {
+	if fl.next.LessThan(b.Start) {
+		fl.received(b)
+		return
+	}
+	if fl.next.LessThan(b.End) {
+		fl.next = b.End
+	}
+	fl.filled()
+}
+
+// filled moves next over the blocks it reaches, and drops them.
+func (fl *sackFlow) filled() {
+	for moved := true; moved; {
+		moved = false
+		kept := fl.blocks[:0]
+		for _, b := range fl.blocks {
+			if fl.next.LessThan(b.Start) {
+				kept = append(kept, b)
+				continue
+			}
+			if fl.next.LessThan(b.End) {
+				fl.next, moved = b.End, true
+			}
+		}
+		fl.blocks = kept
+	}
+}
+
+// received records a block of data above a hole, as the most recent: it
+// merges with the blocks it overlaps or touches, and the oldest block goes
+// when there are too many.
 func (fl *sackFlow) received(b header.SACKBlock) {
 	kept := fl.blocks[:0]
 	for _, o := range fl.blocks {
@@ -210,13 +245,10 @@ func (fl *sackFlow) acked(ack seqnum.Value) {
 	if fl.ack.LessThan(ack) {
 		fl.ack = ack
 	}
-	kept := fl.blocks[:0]
-	for _, b := range fl.blocks {
-		if fl.ack.LessThan(b.Start) {
-			kept = append(kept, b)
-		}
+	if fl.next.LessThan(fl.ack) {
+		fl.next = fl.ack
 	}
-	fl.blocks = kept
+	fl.filled()
 }
 
 // report appends up to room blocks to out for an ACK (RFC 2018 section 4):

@@ -290,3 +290,19 @@ func TestFinSACKKeepsTheMostRecentBlocks(t *testing.T) {
 	assert.Equal(t, seqnum.Value(2000+100*maxFlowBlocks), fl.blocks[0].Start, "the most recent first")
 	assert.Equal(t, seqnum.Value(2100), fl.blocks[maxFlowBlocks-1].Start, "the oldest gone")
 }
+
+// Data received in order, which gVisor has not acknowledged yet, is no
+// hole: no block reports it, and one above a hole that fills goes too.
+func TestFinSACKInOrderAheadOfTheACK(t *testing.T) {
+	c := newSACKConn(t, 0, false)
+	c.timestamp = true
+	c.handshake(sackPermitted, sackPermitted, 1000)
+	for _, seq := range []uint32{1000, 1100, 1200} {
+		c.receive(frame.FlagACK, seq, 100, nil)
+	}
+	assert.Equal(t, timestamps, c.ack(1000), "in order, ahead of the ACK")
+	c.receive(frame.FlagACK, 1400, 100, nil)
+	assert.Equal(t, append(timestamps, sackOption([2]uint32{1400, 1500})...), c.ack(1100), "above the hole at 1300")
+	c.receive(frame.FlagACK, 1300, 100, nil)
+	assert.Equal(t, timestamps, c.ack(1200), "the hole filled")
+}
