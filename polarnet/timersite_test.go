@@ -14,9 +14,11 @@ import (
 )
 
 // The clock tells RACK's reordering timer and the tail-loss probe's apart
-// from gVisor's other timers: a lossy exchange creates reordering timers,
-// a lossless one none (the timer needs a SACK to be armed); both create
-// probe timers (every connection that sends data arms one).
+// from gVisor's other timers: a lossy exchange creates reordering timers, a
+// lossless one none but, rarely, one end's (RACK arms it when an ACK comes
+// late enough to look like a loss; told apart wrongly, every end's other
+// timers would count); both create probe timers (every connection end that
+// sends data arms one).
 func TestTimersToldApart(t *testing.T) {
 	exchange := func(t *testing.T, loss float64) (a, b *polarnet.Stack) {
 		la, lb := pipe.New(pipe.Config{})
@@ -35,7 +37,7 @@ func TestTimersToldApart(t *testing.T) {
 		return ra + rb, pa + pb
 	}
 	reordering, probe := told(exchange(t, 0))
-	assert.Zero(t, reordering, "lossless")
+	assert.LessOrEqual(t, reordering, uint64(1), "lossless")
 	assert.Equal(t, uint64(2), probe, "lossless: one per connection end")
 	reordering, probe = told(exchange(t, 0.05))
 	assert.Positive(t, reordering, "5% loss")
