@@ -280,7 +280,8 @@ func remember(segs []segment, drop []bool, history map[flowKey]flowHistory) {
 // ackDelayDefault is how long a pure ACK may wait for a segment to carry it:
 // long enough for a loaded server to answer, below any peer's tail-loss
 // probe (Linux waits 2 SRTT plus two jiffies, at least 2ms; polarnet floors
-// it at TCPConfig.MinRecoveryTimer) and Linux's own delayed ACK (40ms).
+// it at TCPConfig.MinRecoveryTimer, 5ms on a flow that saw loss lately) and
+// Linux's own delayed ACK (40ms).
 const ackDelayDefault = time.Millisecond
 
 // ackBriefDelay is how long an ACK for two full-sized segments or more may

@@ -109,11 +109,16 @@ const noTimer = int64(^uint64(0) >> 1)
 
 // AfterFunc implements tcpip.Clock: gVisor's timers, whose non-zero delays
 // are raised to protocolFloor, but RACK's reordering timer's to at most
-// reorderingTimerFloor (timersite.go).
+// reorderingTimerFloor and the tail-loss probe's to at most lossyFloor,
+// the TX queue holding back a probe that comes too soon for its flow
+// (timersite.go, probehold.go).
 func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
 	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor, kind: creatingTimer(1)}
-	if t.kind == reorderingTimer {
+	switch t.kind {
+	case reorderingTimer:
 		t.floor = min(t.floor, reorderingTimerFloor)
+	case probeTimer:
+		t.floor = min(t.floor, lossyFloor)
 	}
 	c.made[t.kind].Add(1)
 	t.Reset(d)

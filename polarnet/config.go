@@ -160,13 +160,12 @@ type TCPConfig struct {
 	// (a kernel tick). At microsecond round trips, unfloored,
 	// queueing delay fires the probe and the sender retransmits what was
 	// never lost; 50ms keeps such retransmits rare while the conformance
-	// suite's loss scenarios pass (figures: docs/benchmarks.md). It
-	// delays the timers' wake-ups, not gVisor's deadlines: gVisor moves a
-	// running timer's deadline without re-arming it, so a tail-loss probe
-	// still goes out when a floored wake-up finds the last send older than
-	// 2 SRTT, which queueing at 64 connections does (a real floor needs
-	// gVisor to floor the probe timeout, as Linux does: 2 SRTT plus two
-	// jiffies).
+	// suite's loss scenarios pass (figures: docs/benchmarks.md). A probe
+	// leaves no sooner than this after the flow's last segment out: the
+	// TX queue holds back a probe gVisor sends sooner (gVisor moves a
+	// pending timer's deadline without re-arming it). A flow that saw SACK
+	// blocks in the last second gets at most 5ms, no less than two of its
+	// round trips (docs/design.md, Loss recovery).
 	// Zero: 50ms; negative: no floor.
 	MinRecoveryTimer time.Duration
 

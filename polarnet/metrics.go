@@ -194,8 +194,11 @@ func (s *shard) metrics(out *ShardMetrics) {
 	out.StackDropped = st.DroppedPackets.Value()
 	out.AppAcceptOverflow = st.TCP.ListenOverflowSynDrop.Value() + st.TCP.ListenOverflowAckDrop.Value()
 	out.AppUDPReceiveBufferFull = st.UDP.ReceiveBufferErrors.Value()
-	out.ProbesWithheld = s.stats.probesWithheld.Load()
-	out.Retransmits = st.TCP.Retransmits.Value() - out.ProbesWithheld + s.stats.resent.Load()
+	// gVisor counts a probe before the TX queue holds it: held is read
+	// first so that the difference never goes below zero.
+	held := s.stats.probesHeld.Load()
+	out.Retransmits = st.TCP.Retransmits.Value() - held + s.stats.probesReleased.Load() + s.stats.resent.Load()
+	out.ProbesWithheld = s.stats.probesNeedless.Load()
 	out.RTOTimeouts = st.TCP.Timeouts.Value()
 	out.FastRecovery = st.TCP.FastRecovery.Value()
 	out.SACKRecovery = st.TCP.SACKRecovery.Value()

@@ -50,7 +50,9 @@ func TestProbeWithheldThenNeedless(t *testing.T) {
 	require.True(t, needless, "the ACK covering it")
 	assert.Equal(t, header.SACKBlock{Start: 2000, End: 3000}, dsack)
 	assert.Empty(t, c.after(time.Second), "dropped")
-	assert.Equal(t, uint64(1), c.q.stats.probesWithheld.Load())
+	assert.Equal(t, uint64(1), c.q.stats.probesHeld.Load())
+	assert.Equal(t, uint64(1), c.q.stats.probesNeedless.Load())
+	assert.Zero(t, c.q.stats.probesReleased.Load())
 	assert.Zero(t, c.q.tails.lone.n.Load())
 }
 
@@ -68,8 +70,9 @@ func TestProbeWithheldGoes(t *testing.T) {
 	assert.Equal(t, []uint32{2000}, c.after(delay/4), "the floor passed")
 	assert.Equal(t, []uint32{2000}, c.after(delay), "then alone, sent again")
 	assert.Empty(t, c.after(time.Second))
-	assert.Zero(t, c.q.stats.probesWithheld.Load())
-	assert.Equal(t, uint64(2), c.q.stats.resent.Load())
+	assert.Zero(t, c.q.stats.probesNeedless.Load())
+	assert.Equal(t, uint64(1), c.q.stats.probesReleased.Load(), "the probe")
+	assert.Equal(t, uint64(1), c.q.stats.resent.Load(), "the engine's resend")
 }
 
 // Only a probe is withheld, and only within the floor: one after it goes at

@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"time"
 
@@ -15,21 +16,27 @@ import (
 // DoRecovery) and arms no tail-loss probe during recovery, so no later
 // segment's SACK can show the retransmission lost, and a lost tail-loss
 // probe is in the same state. In captures of exchanges at 5% loss, every
-// RTO of a polarnet sender followed such a retransmission. So when a
-// flow's last data segment is a retransmission and no segment of the flow
-// has come in or gone out for TCPConfig.MinRecoveryTimer (the tail-loss
-// probe's floor), the TX queue sends it once more: lost, it is repaired;
-// delivered, its duplicate draws the ACK that was lost. Not into a closed
-// window, where the retransmission is a zero window probe.
+// RTO of a polarnet sender followed such a retransmission, or, once those
+// were sent again, the last burst of a recovery (the retransmission and
+// new data the window allowed) whose one ACK was lost: with no probe in
+// recovery and nothing left to send, the sender waits for the RTO. So
+// when a flow's last data segment is a retransmission, or any data segment
+// sent after an ACK with SACK blocks (in recovery), and no segment of the
+// flow has come in or gone out for TCPConfig.MinRecoveryTimer (the
+// tail-loss probe's floor), the TX queue sends it once more: lost, it is
+// repaired; delivered, its duplicate draws the ACK that was lost. Not into
+// a closed window, where the retransmission is a zero window probe.
 //
 // It is the TX queue's, used under its lock but for n and buckets.
 type loneRetransmissions struct {
-	// n counts the flows with a lone retransmission, and buckets them by
-	// their ports (loneBucket): the poller reads these without the lock to
-	// pass over the segments of other flows.
+	// n counts the flows with a lone retransmission or withheld probe, and
+	// those in recovery (each once for each), and buckets them by their
+	// ports (loneBucket): the poller reads these without the lock to pass
+	// over the segments of other flows.
 	n       atomic.Int32
 	buckets [loneBuckets]atomic.Int32
-	// waiting holds those flows, and some that no longer are.
+	// waiting holds the flows with a lone retransmission or withheld
+	// probe, and some that no longer have one.
 	waiting []*flowTail
 }
 
@@ -38,7 +45,8 @@ const loneBuckets = 256
 // loneBucket buckets a flow (keyed as we send) by its ports.
 func loneBucket(f flowKey) int { return int(f.srcPort*31+f.dstPort) % loneBuckets }
 
-// mayBeLone reports whether flow f may have a lone retransmission.
+// mayBeLone reports whether flow f may have a lone retransmission or
+// withheld probe, or be in recovery.
 func (l *loneRetransmissions) mayBeLone(f flowKey) bool {
 	return l.n.Load() > 0 && l.buckets[loneBucket(f)].Load() > 0
 }
@@ -54,21 +62,21 @@ func (l *loneRetransmissions) count(t *flowTail, by int32) {
 const loneMinDelay = time.Millisecond
 
 // follow records pkt, a retransmission of flow t sent at now, as the
-// flow's last data segment.
-func (l *loneRetransmissions) follow(t *flowTail, pkt *stack.PacketBuffer, now int64) {
+// flow's last data segment, to go again after wait.
+func (l *loneRetransmissions) follow(t *flowTail, pkt *stack.PacketBuffer, now int64, wait time.Duration) {
 	if t.rtxPkt != nil {
 		t.rtxPkt.DecRef()
 	} else {
 		l.count(t, 1)
 		l.waiting = append(l.waiting, t)
 	}
-	t.rtxPkt, t.rtxAt, t.held = pkt.IncRef(), now, false
+	t.rtxPkt, t.rtxAt, t.wait, t.held = pkt.IncRef(), now, wait, false
 }
 
 // hold keeps pkt, a tail-loss probe of flow t covering seq, instead of
 // sending it: it waits from the flow's last segment out (probehold.go).
-func (l *loneRetransmissions) hold(t *flowTail, pkt *stack.PacketBuffer, seq header.SACKBlock) {
-	l.follow(t, pkt, t.at)
+func (l *loneRetransmissions) hold(t *flowTail, pkt *stack.PacketBuffer, seq header.SACKBlock, wait time.Duration) {
+	l.follow(t, pkt, t.at, wait)
 	t.held, t.heldSeq = true, seq
 }
 
@@ -79,6 +87,19 @@ func (l *loneRetransmissions) settle(t *flowTail) {
 		t.rtxPkt, t.held = nil, false
 		l.count(t, -1)
 	}
+}
+
+// recovering follows whether the last ACK of flow t carried SACK blocks:
+// while it does, the flow is counted, so that the poller brings the ACK
+// that ends its recovery.
+func (l *loneRetransmissions) recovering(t *flowTail, sacked bool) {
+	switch {
+	case sacked && !t.sacked:
+		l.count(t, 1)
+	case !sacked && t.sacked:
+		l.count(t, -1)
+	}
+	t.sacked = sacked
 }
 
 // sent follows new data of flow t sent at now: a lone retransmission is no
@@ -109,40 +130,41 @@ func (l *loneRetransmissions) acked(t *flowTail, ack seqnum.Value, now int64) (d
 	return dsack, true
 }
 
-// due takes out the retransmissions alone for delay at now, and the
-// withheld probes whose wait is over, each with its reference, and returns
-// when the next is due, if any. A probe that goes is then followed as a
-// lone retransmission.
-func (l *loneRetransmissions) due(now int64, delay time.Duration, out []*stack.PacketBuffer) ([]*stack.PacketBuffer, int64, bool) {
-	next, any := int64(0), false
+// due takes out the retransmissions alone for their wait at now, and the
+// withheld probes whose wait is over (released counts them), each with its
+// reference, and returns when the next is due, if any. A probe that goes is
+// then followed as a lone retransmission.
+func (l *loneRetransmissions) due(now int64, out []*stack.PacketBuffer) (_ []*stack.PacketBuffer, released int, next int64, any bool) {
 	kept := l.waiting[:0]
 	for _, t := range l.waiting {
 		switch {
 		case t.rtxPkt == nil:
 			continue
-		case now-t.rtxAt < int64(delay):
+		case now-t.rtxAt < int64(t.wait):
 		case t.held:
 			seg := parseSegment(t.rtxPkt)
 			t.rtxTSVal, t.rtx = sentTSVal(&seg)
 			out = append(out, t.rtxPkt.IncRef())
 			t.held, t.rtxAt, t.at = false, now, now
+			released++
 		default:
 			out = append(out, t.rtxPkt)
-			t.rtxPkt = nil
+			t.rtxPkt, t.at = nil, now
 			l.count(t, -1)
 			continue
 		}
 		kept = append(kept, t)
-		if at := t.rtxAt + int64(delay); !any || at < next {
+		if at := t.rtxAt + int64(t.wait); !any || at < next {
 			next, any = at, true
 		}
 	}
 	clear(l.waiting[len(kept):])
 	l.waiting = kept
-	return out, next, any
+	return out, released, next, any
 }
 
-// loneDelay is how long a retransmission waits alone before it goes again.
+// loneDelay is how long a retransmission waits alone before it goes again,
+// on a flow that saw no loss lately (recoveryWait).
 func (q *txQueue) loneDelay() time.Duration {
 	return max(q.clock.protocolFloor, loneMinDelay)
 }
@@ -172,7 +194,8 @@ func (q *txQueue) resendLone() {
 		return
 	}
 	var buf [8]*stack.PacketBuffer
-	due, next, more := q.tails.lone.due(q.clock.now(), q.loneDelay(), buf[:0])
+	due, released, next, more := q.tails.lone.due(q.clock.now(), buf[:0])
+	sent := 0
 	for _, pkt := range due {
 		seg := parseSegment(pkt)
 		if _, closed := q.windows.closed(seg.flow); closed {
@@ -180,8 +203,11 @@ func (q *txQueue) resendLone() {
 			continue
 		}
 		q.pending, q.segs = append(q.pending, pkt), append(q.segs, seg)
-		q.stats.resent.Add(1)
+		sent++
 	}
+	// gVisor counted the released probes already.
+	q.stats.resent.Add(uint64(max(sent-released, 0)))
+	q.stats.probesReleased.Add(uint64(released))
 	if more {
 		q.armLone(next)
 	}
@@ -214,12 +240,39 @@ func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack
 	if t == nil {
 		return dsack, false
 	}
-	dsack, needless = q.tails.lone.acked(t, seqnum.Value(th.AckNumber()), q.clock.now())
+	now := q.clock.now()
+	dsack, needless = q.tails.lone.acked(t, seqnum.Value(th.AckNumber()), now)
 	if needless {
-		q.stats.probesWithheld.Add(1)
+		q.stats.probesNeedless.Add(1)
 	}
-	if echo {
+	sacked := echo && sacksAbove(th)
+	q.tails.lone.recovering(t, sacked)
+	if sacked {
+		t.sackAt = now
 		q.tails.raiseEcho(t, th, fixChecksum)
+	} else {
+		t.sampleRTT(th, now)
 	}
 	return dsack, needless
+}
+
+// sacksAbove reports whether a received TCP segment, whose TCP header th
+// has its data offset within it, carries a SACK block above its ACK
+// number: a hole at the receiver. A D-SACK block (a duplicate received,
+// below the ACK number) is not one: a peer's answer to a needless
+// retransmission must not make the flow look lossy.
+func sacksAbove(th header.TCP) bool {
+	opts := th[header.TCPMinimumSize:th.DataOffset()]
+	i := tcpOption(opts, header.TCPOptionSACK)
+	if i < 0 || i+1 >= len(opts) {
+		return false
+	}
+	ack := seqnum.Value(th.AckNumber())
+	blocks := opts[i+2 : min(i+int(opts[i+1]), len(opts))]
+	for ; len(blocks) >= 8; blocks = blocks[8:] {
+		if ack.LessThan(seqnum.Value(binary.BigEndian.Uint32(blocks))) {
+			return true
+		}
+	}
+	return false
 }

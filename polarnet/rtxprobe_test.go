@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/internal/frame"
 )
@@ -71,4 +72,63 @@ func TestLoneRetransmissionSettled(t *testing.T) {
 	w.q.windows.received(parseRx(frame.TCPFrame(frame.TCPSpec{Src: c.dst, Dst: c.src, Seq: 1, Ack: 1000, Flags: frame.FlagACK, Window: 0})))
 	assert.Empty(t, c.after(time.Second), "a closed window")
 	assert.Zero(t, c.q.tails.lone.n.Load())
+}
+
+// After an ACK with SACK blocks (in recovery), the flow's last data
+// segment, new or not, is sent again once when nothing follows it for the
+// lossy floor; an ACK without SACK blocks ends that.
+func TestRecoveryTailSentAgain(t *testing.T) {
+	c := newLoneConn(t)
+	c.q.clock.protocolFloor = 50 * time.Millisecond
+	c.data(1000, 100)
+	c.data(2000, 101)
+	c.data(3000, 102)
+	assert.Empty(t, c.after(time.Second), "new data, no loss seen: gVisor's probe's")
+	c.ack(1000, sackEchoing(100))
+	c.data(1000, 150) // the repair
+	c.data(4000, 151) // and new data the window allows
+	assert.Empty(t, c.after(lossyFloor/2))
+	assert.Equal(t, []uint32{4000}, c.after(lossyFloor/2), "the recovery's last segment")
+	assert.Empty(t, c.after(time.Second), "once")
+
+	c.ack(5000, tsOption(9, 151))
+	c.data(5000, 160)
+	assert.Empty(t, c.after(time.Second), "out of recovery")
+	assert.Zero(t, c.q.tails.lone.n.Load())
+}
+
+// The wait of a lone retransmission: MinRecoveryTimer's floor, the lossy
+// floor for a second after SACK blocks, never less than two round trips.
+func TestRecoveryWait(t *testing.T) {
+	const floor = 50 * time.Millisecond
+	ms := int64(time.Millisecond)
+	f := flowTail{minRTT: -1}
+	now := int64(time.Hour)
+	assert.Equal(t, floor, f.recoveryWait(now, floor), "no loss seen")
+	f.sackAt = now
+	assert.Equal(t, lossyFloor, f.recoveryWait(now+lossyMemory-1, floor), "loss seen lately")
+	assert.Equal(t, floor, f.recoveryWait(now+lossyMemory, floor), "not lately")
+	assert.Equal(t, time.Millisecond, f.recoveryWait(now, time.Millisecond), "a lower MinRecoveryTimer")
+
+	// Round trips from timestamps: sent at 1000 ms on the flow's clock,
+	// echoed 40 ms later.
+	th := header.TCP(frame.TCPFrame(frame.TCPSpec{Src: remote, Dst: local, Seq: 1, Ack: 1, Flags: frame.FlagACK, Window: 1, Options: tsOption(9, 1000)})[header.EthernetMinimumSize+header.IPv4MinimumSize:])
+	f.tsBase = now/ms - 1000
+	f.sampleRTT(th, now+40*ms)
+	assert.Equal(t, int64(40), f.minRTT)
+	assert.Equal(t, 80*time.Millisecond, f.recoveryWait(now, floor), "two round trips")
+	f.sampleRTT(th, now+60*ms)
+	assert.Equal(t, int64(40), f.minRTT, "the least")
+}
+
+// A D-SACK block, below the ACK number, shows no hole.
+func TestSACKsAbove(t *testing.T) {
+	th := func(ack uint32, opts []byte) header.TCP {
+		f := frame.TCPFrame(frame.TCPSpec{Src: remote, Dst: local, Seq: 1, Ack: ack, Flags: frame.FlagACK, Window: 1, Options: opts})
+		return header.TCP(f[header.EthernetMinimumSize+header.IPv4MinimumSize:])
+	}
+	assert.True(t, sacksAbove(th(1000, sackEchoing(100))), "a hole")
+	assert.False(t, sacksAbove(th(3000, append(tsOption(9, 1), sackOption([2]uint32{2000, 3000})...))), "a D-SACK")
+	assert.True(t, sacksAbove(th(3000, append(tsOption(9, 1), sackOption([2]uint32{2000, 3000}, [2]uint32{4000, 5000})...))), "a D-SACK and a hole")
+	assert.False(t, sacksAbove(th(3000, tsOption(9, 1))), "no SACK")
 }

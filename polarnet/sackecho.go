@@ -46,13 +46,11 @@ func sentTSVal(s *segment) (uint32, bool) {
 }
 
 // raiseEcho raises the echo of a received segment of flow t, whose TCP
-// header is th, if sackEcho says so. fixChecksum tells whether the
-// segment's checksum is complete, to be updated.
+// header is th and which carries SACK blocks, if sackEcho says so.
+// fixChecksum tells whether the segment's checksum is complete, to be
+// updated.
 func (p *tailProbes) raiseEcho(t *flowTail, th header.TCP, fixChecksum bool) {
 	if th.Flags()&(header.TCPFlagSyn|header.TCPFlagRst) != 0 || !t.rtx {
-		return
-	}
-	if tcpOption(th[header.TCPMinimumSize:th.DataOffset()], header.TCPOptionSACK) < 0 {
 		return
 	}
 	at := tsAt(th) + 4 // the echo

@@ -76,9 +76,13 @@ type shardCounters struct {
 	txFrames, txBytes, txBursts        atomic.Uint64
 	txRingFull, txRetried, txErrors    atomic.Uint64
 	ackFiltered, ackHeld               atomic.Uint64
-	resent, probesWithheld             atomic.Uint64 // rtxprobe.go, tailprobe.go, probehold.go
-	pollWakeups, pollErrors            atomic.Uint64
-	m                                  shardMetrics // metrics.go
+	// The engine's own resends, and the tail-loss probes it held back:
+	// all, those it sent later and those an ACK showed needless
+	// (rtxprobe.go, probehold.go).
+	resent                                     atomic.Uint64
+	probesHeld, probesReleased, probesNeedless atomic.Uint64
+	pollWakeups, pollErrors                    atomic.Uint64
+	m                                          shardMetrics // metrics.go
 }
 
 func newShard(st *Stack, id int, q link.Queue) (*shard, error) {

@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"encoding/binary"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -34,9 +35,13 @@ type tailProbes struct {
 // oldest first, the end of the highest data sent and when the last data
 // segment went (shard clock); for sackEcho, the timestamp of the last
 // retransmission, if it had one; for loneRetransmissions, that
-// retransmission while nothing followed it, and when it went, or a
-// withheld tail-loss probe (probehold.go), its sequence space, and since
-// when it waits.
+// retransmission (or, in recovery, data segment) while nothing followed
+// it, when it went and how long it waits, or a withheld tail-loss probe
+// (probehold.go), its sequence space, and since when it waits; whether
+// the last ACK of the flow seen with the lock held carried SACK blocks (in
+// recovery), and when one last did; for its round trip (recoveryWait),
+// the shard clock's milliseconds less the timestamp of its last data
+// segment out, and the least round trip seen.
 type flowTail struct {
 	flow     flowKey
 	last     [tailCopies]*stack.PacketBuffer
@@ -46,8 +51,13 @@ type flowTail struct {
 	rtx      bool // rtxTSVal is set
 	rtxPkt   *stack.PacketBuffer
 	rtxAt    int64
+	wait     time.Duration
 	held     bool // rtxPkt is a withheld probe, not sent yet
 	heldSeq  header.SACKBlock
+	sacked   bool
+	sackAt   int64
+	tsBase   int64 // 0: no timestamp seen
+	minRTT   int64 // -1: no sample yet
 }
 
 const (
@@ -69,11 +79,11 @@ func newTailProbes(windows *closedWindows) *tailProbes {
 }
 
 // observe follows pkt, about to be queued, and returns the copies to queue
-// ahead of it (each with a reference of its own), if any. When pkt is a
-// retransmission kept as the flow's lone one, due is when it goes again
-// (delay after); held tells that pkt is a tail-loss probe withheld, not to
-// be queued (probehold.go).
-func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shardClock, delay time.Duration) (probes []*stack.PacketBuffer, due int64, held bool) {
+// ahead of it (each with a reference of its own), if any. When pkt is kept
+// as the flow's lone retransmission, due is when it goes again; held tells
+// that pkt is a tail-loss probe withheld, not to be queued (probehold.go).
+// floor is MinRecoveryTimer's (recoveryWait).
+func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shardClock, floor time.Duration) (probes []*stack.PacketBuffer, due int64, held bool) {
 	if !seg.tcp {
 		return nil, 0, false
 	}
@@ -90,7 +100,7 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		if len(p.flows) >= maxTailFlows {
 			p.releaseAll()
 		}
-		t = &flowTail{flow: seg.flow, end: seq}
+		t = &flowTail{flow: seg.flow, end: seq, minRTT: -1}
 		p.flows[seg.flow] = t
 	}
 	if oldest := t.last[0]; oldest != nil && now-t.at >= tailSilence && seq.LessThan(tailSeq(oldest)) && !p.windowClosed(seg.flow) {
@@ -99,6 +109,10 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		}
 	}
 	end := seq.Add(seqnum.Size(seg.payload))
+	if ts, ok := sentTSVal(seg); ok {
+		t.tsBase = now/int64(time.Millisecond) - int64(ts)
+	}
+	wait := t.recoveryWait(now, floor)
 	switch {
 	case !seq.LessThan(t.end):
 		if t.last[0] != nil {
@@ -107,17 +121,59 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		copy(t.last[:], t.last[1:])
 		t.last[tailCopies-1] = pkt.IncRef()
 		t.end = end
-		p.lone.sent(t, now)
-	case probing(t, seq, clock) && now-t.at < int64(delay):
-		p.lone.hold(t, pkt, header.SACKBlock{Start: seq, End: end})
-		return probes, t.rtxAt + int64(delay), true
+		if !t.sacked || t.held {
+			p.lone.sent(t, now)
+			break
+		}
+		p.lone.follow(t, pkt, now, wait)
+		due = now + int64(wait)
+	case probing(t, seq, clock) && now-t.at < int64(wait):
+		p.lone.hold(t, pkt, header.SACKBlock{Start: seq, End: end}, wait)
+		return probes, t.rtxAt + int64(wait), true
 	default:
 		t.rtxTSVal, t.rtx = sentTSVal(seg)
-		p.lone.follow(t, pkt, now)
-		due = now + int64(delay)
+		p.lone.follow(t, pkt, now, wait)
+		due = now + int64(wait)
 	}
 	t.at = now
 	return probes, due, false
+}
+
+// lossyFloor is the floor of the tail-loss probe and of the lone
+// retransmissions of a flow that saw SACK blocks in the last lossyMemory,
+// unless MinRecoveryTimer is lower: on a path that lost a segment lately,
+// a probe is likelier a repair than a duplicate, and a lost tail at 5%
+// loss came every 30 segments; about Linux's probe floor (two ticks plus
+// two round trips).
+const (
+	lossyFloor  = 5 * time.Millisecond
+	lossyMemory = int64(time.Second)
+)
+
+// recoveryWait is how long, at now, flow t's probe waits after its last
+// segment out and a lone retransmission of it waits for an answer: floor,
+// or lossyFloor if the flow saw SACK blocks lately, but no less than two
+// of its least round trips (from timestamps, so in milliseconds).
+func (t *flowTail) recoveryWait(now int64, floor time.Duration) time.Duration {
+	if t.sackAt != 0 && now-t.sackAt < lossyMemory {
+		floor = min(floor, lossyFloor)
+	}
+	return max(floor, time.Duration(2*t.minRTT)*time.Millisecond)
+}
+
+// sampleRTT takes a round-trip sample from a received ACK of flow t whose
+// TCP header th carries no SACK blocks (their echo is an older segment's),
+// at now.
+func (t *flowTail) sampleRTT(th header.TCP, now int64) {
+	at := tsAt(th)
+	if at < 0 || t.tsBase == 0 {
+		return
+	}
+	ecr := int64(binary.BigEndian.Uint32(th[at+4:]))
+	rtt := now/int64(time.Millisecond) - t.tsBase - ecr
+	if rtt >= 0 && rtt < int64(time.Minute/time.Millisecond) && (t.minRTT < 0 || rtt < t.minRTT) {
+		t.minRTT = rtt
+	}
 }
 
 func (p *tailProbes) windowClosed(f flowKey) bool {
@@ -154,4 +210,5 @@ func (p *tailProbes) release(t *flowTail) {
 		}
 	}
 	p.lone.settle(t)
+	p.lone.recovering(t, false)
 }

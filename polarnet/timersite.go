@@ -14,9 +14,11 @@ import (
 // path that neither loses nor reorders never does; floored at 50ms, it made
 // each loss so detected wait that long where Linux waits a round trip and a
 // quarter plus a tick. So it gets at most reorderingTimerFloor. The probe
-// timer keeps the floor, which its wake-up alone cannot hold (probehold.go
-// holds it on the way out): the clock marks it so that the TX queue knows
-// a probe when one goes. gVisor creates each timer at its first arming,
+// timer's floor, which its wake-up alone cannot hold, is held per flow on
+// the way out (probehold.go): the clock wakes it after lossyFloor at the
+// least, the lowest floor a flow may have, and marks the time its
+// callback runs so that the TX queue knows a probe when one goes. gVisor
+// creates each timer at its first arming,
 // RACK's reordering timer in detectLoss and the probe timer in schedulePTO:
 // the clock tells them apart by that function on the call stack, read once
 // per distinct stack (TestTimersToldApart holds the pinned gVisor to it).

@@ -130,6 +130,7 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		q.armLone(due)
 	}
 	if held {
+		q.stats.probesHeld.Add(1)
 		return nil
 	}
 	q.pending = append(q.pending, pkt.IncRef())
