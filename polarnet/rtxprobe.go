@@ -23,9 +23,10 @@ import (
 // when a flow's last data segment is a retransmission, or any data segment
 // sent after an ACK with SACK blocks (in recovery), and no segment of the
 // flow has come in or gone out for TCPConfig.MinRecoveryTimer (the
-// tail-loss probe's floor), the TX queue sends it once more: lost, it is
-// repaired; delivered, its duplicate draws the ACK that was lost. Not into
-// a closed window, where the retransmission is a zero window probe.
+// tail-loss probe's floor), the TX queue sends it again (loneResends):
+// lost, it is repaired; delivered, its duplicate draws the ACK that was
+// lost. Not into a closed window, where the retransmission is a zero
+// window probe.
 //
 // It is the TX queue's, used under its lock but for n and buckets.
 type loneRetransmissions struct {
@@ -70,8 +71,14 @@ func (l *loneRetransmissions) follow(t *flowTail, pkt *stack.PacketBuffer, now i
 		l.count(t, 1)
 		l.waiting = append(l.waiting, t)
 	}
-	t.rtxPkt, t.rtxAt, t.wait, t.held = pkt.IncRef(), now, wait, false
+	t.rtxPkt, t.rtxAt, t.wait, t.held, t.resends = pkt.IncRef(), now, wait, false, 0
 }
+
+// loneResends is how many times a lone retransmission goes again, each
+// after twice the wait of the one before, while nothing answers: once
+// more repairs a lost retransmission or ACK, the others the rarer loss of
+// both (a retransmission and its ACK), which would cost the RTO.
+const loneResends = 3
 
 // hold keeps pkt, a tail-loss probe of flow t covering seq, instead of
 // sending it: it waits from the flow's last segment out (probehold.go).
@@ -89,9 +96,10 @@ func (l *loneRetransmissions) settle(t *flowTail) {
 	}
 }
 
-// recovering follows whether the last ACK of flow t carried SACK blocks:
-// while it does, the flow is counted, so that the poller brings the ACK
-// that ends its recovery.
+// recovering follows whether flow t is in recovery: since an ACK with SACK
+// blocks, until one without acknowledges what had been sent by the last
+// such (as gVisor leaves recovery). While it is, the flow is counted, so
+// that the poller brings the ACK that ends its recovery.
 func (l *loneRetransmissions) recovering(t *flowTail, sacked bool) {
 	switch {
 	case sacked && !t.sacked:
@@ -131,16 +139,21 @@ func (l *loneRetransmissions) acked(t *flowTail, ack seqnum.Value, now int64) (d
 }
 
 // due takes out the retransmissions alone for their wait at now, and the
-// withheld probes whose wait is over (released counts them), each with its
-// reference, and returns when the next is due, if any. A probe that goes is
-// then followed as a lone retransmission.
-func (l *loneRetransmissions) due(now int64, out []*stack.PacketBuffer) (_ []*stack.PacketBuffer, released int, next int64, any bool) {
+// withheld probes whose wait is over (released counts them), each with a
+// reference of its own, and returns when the next is due, if any. A probe
+// that goes is then followed as a lone retransmission. Those of flows
+// whose peer's window is closed are forgotten: there a retransmission is a
+// zero window probe, gVisor's to send.
+func (l *loneRetransmissions) due(now int64, closed func(flowKey) bool, out []*stack.PacketBuffer) (_ []*stack.PacketBuffer, released int, next int64, any bool) {
 	kept := l.waiting[:0]
 	for _, t := range l.waiting {
 		switch {
 		case t.rtxPkt == nil:
 			continue
 		case now-t.rtxAt < int64(t.wait):
+		case closed(t.flow):
+			l.settle(t)
+			continue
 		case t.held:
 			seg := parseSegment(t.rtxPkt)
 			t.rtxTSVal, t.rtx = sentTSVal(&seg)
@@ -148,8 +161,14 @@ func (l *loneRetransmissions) due(now int64, out []*stack.PacketBuffer) (_ []*st
 			t.held, t.rtxAt, t.at = false, now, now
 			released++
 		default:
+			t.resends++
+			t.at, t.rtxAt, t.wait = now, now, 2*t.wait
+			if t.resends < loneResends {
+				out = append(out, t.rtxPkt.IncRef())
+				break
+			}
 			out = append(out, t.rtxPkt)
-			t.rtxPkt, t.at = nil, now
+			t.rtxPkt = nil
 			l.count(t, -1)
 			continue
 		}
@@ -194,19 +213,12 @@ func (q *txQueue) resendLone() {
 		return
 	}
 	var buf [8]*stack.PacketBuffer
-	due, released, next, more := q.tails.lone.due(q.clock.now(), buf[:0])
-	sent := 0
+	due, released, next, more := q.tails.lone.due(q.clock.now(), q.tails.windowClosed, buf[:0])
 	for _, pkt := range due {
-		seg := parseSegment(pkt)
-		if _, closed := q.windows.closed(seg.flow); closed {
-			pkt.DecRef()
-			continue
-		}
-		q.pending, q.segs = append(q.pending, pkt), append(q.segs, seg)
-		sent++
+		q.pending, q.segs = append(q.pending, pkt), append(q.segs, parseSegment(pkt))
 	}
 	// gVisor counted the released probes already.
-	q.stats.resent.Add(uint64(max(sent-released, 0)))
+	q.stats.resent.Add(uint64(len(due) - released))
 	q.stats.probesReleased.Add(uint64(released))
 	if more {
 		q.armLone(next)
@@ -246,9 +258,11 @@ func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack
 		q.stats.probesNeedless.Add(1)
 	}
 	sacked := echo && sacksAbove(th)
-	q.tails.lone.recovering(t, sacked)
 	if sacked {
-		t.sackAt = now
+		t.sackAt, t.recoverTo = now, t.end
+	}
+	q.tails.lone.recovering(t, sacked || t.sacked && seqnum.Value(th.AckNumber()).LessThan(t.recoverTo))
+	if sacked {
 		q.tails.raiseEcho(t, th, fixChecksum)
 	} else {
 		t.sampleRTT(th, now)

@@ -38,16 +38,22 @@ func (c loneConn) after(d time.Duration) []uint32 {
 	return seqs
 }
 
-// A retransmission followed by nothing goes again once, after the delay.
+// A retransmission followed by nothing goes again after the delay, then
+// after twice and four times it, and no more.
 func TestLoneRetransmissionSentAgain(t *testing.T) {
 	c := newLoneConn(t)
+	delay := c.q.loneDelay()
 	c.data(1000, 100)
 	c.data(2000, 101)
 	c.data(1000, 150)
-	assert.Empty(t, c.after(c.q.loneDelay()/2), "before the delay")
-	assert.Equal(t, []uint32{1000}, c.after(c.q.loneDelay()), "after it")
-	assert.Empty(t, c.after(time.Second), "once")
+	assert.Empty(t, c.after(delay/2), "before the delay")
+	assert.Equal(t, []uint32{1000}, c.after(delay/2), "after it")
+	assert.Empty(t, c.after(delay*3/2), "before twice the delay")
+	assert.Equal(t, []uint32{1000}, c.after(delay/2), "after twice the delay")
+	assert.Equal(t, []uint32{1000}, c.after(4*delay), "after four times")
+	assert.Empty(t, c.after(time.Second), "no more")
 	assert.Zero(t, c.q.tails.lone.n.Load())
+	assert.Equal(t, uint64(loneResends), c.q.stats.resent.Load())
 }
 
 // An ACK received or data sent after the retransmission settles it; so
@@ -75,8 +81,8 @@ func TestLoneRetransmissionSettled(t *testing.T) {
 }
 
 // After an ACK with SACK blocks (in recovery), the flow's last data
-// segment, new or not, is sent again once when nothing follows it for the
-// lossy floor; an ACK without SACK blocks ends that.
+// segment, new or not, is sent again when nothing follows it for the lossy
+// floor; an ACK without SACK blocks ends that.
 func TestRecoveryTailSentAgain(t *testing.T) {
 	c := newLoneConn(t)
 	c.q.clock.protocolFloor = 50 * time.Millisecond
@@ -89,10 +95,14 @@ func TestRecoveryTailSentAgain(t *testing.T) {
 	c.data(4000, 151) // and new data the window allows
 	assert.Empty(t, c.after(lossyFloor/2))
 	assert.Equal(t, []uint32{4000}, c.after(lossyFloor/2), "the recovery's last segment")
-	assert.Empty(t, c.after(time.Second), "once")
+	c.ack(3000, nil) // the hole filled, short of the recovery's end
+	assert.Empty(t, c.after(100*time.Millisecond), "answered")
+	c.data(5000, 152)
+	assert.Equal(t, []uint32{5000}, c.after(lossyFloor), "still in recovery")
+	c.ack(6000, nil)
+	assert.Empty(t, c.after(time.Second), "answered")
 
-	c.ack(5000, tsOption(9, 151))
-	c.data(5000, 160)
+	c.data(6000, 160)
 	assert.Empty(t, c.after(time.Second), "out of recovery")
 	assert.Zero(t, c.q.tails.lone.n.Load())
 }

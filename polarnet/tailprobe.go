@@ -36,28 +36,31 @@ type tailProbes struct {
 // segment went (shard clock); for sackEcho, the timestamp of the last
 // retransmission, if it had one; for loneRetransmissions, that
 // retransmission (or, in recovery, data segment) while nothing followed
-// it, when it went and how long it waits, or a withheld tail-loss probe
-// (probehold.go), its sequence space, and since when it waits; whether
-// the last ACK of the flow seen with the lock held carried SACK blocks (in
-// recovery), and when one last did; for its round trip (recoveryWait),
-// the shard clock's milliseconds less the timestamp of its last data
-// segment out, and the least round trip seen.
+// it, when it went, how long it waits and how many times it went again,
+// or a withheld tail-loss probe (probehold.go), its sequence space, and
+// since when it waits; whether it is in recovery, until where, and when
+// an ACK with SACK blocks last came; for its
+// round trip (recoveryWait), the shard clock's milliseconds less the
+// timestamp of its last data segment out, and the least round trip seen.
 type flowTail struct {
-	flow     flowKey
-	last     [tailCopies]*stack.PacketBuffer
-	end      seqnum.Value
-	at       int64
-	rtxTSVal uint32
-	rtx      bool // rtxTSVal is set
-	rtxPkt   *stack.PacketBuffer
-	rtxAt    int64
-	wait     time.Duration
-	held     bool // rtxPkt is a withheld probe, not sent yet
-	heldSeq  header.SACKBlock
-	sacked   bool
-	sackAt   int64
-	tsBase   int64 // 0: no timestamp seen
-	minRTT   int64 // -1: no sample yet
+	flow      flowKey
+	last      [tailCopies]*stack.PacketBuffer
+	end       seqnum.Value
+	at        int64
+	rtxTSVal  uint32
+	rtx       bool // rtxTSVal is set
+	rtxPkt    *stack.PacketBuffer
+	rtxAt     int64
+	wait      time.Duration
+	resends   int
+	fin       bool // the flow sent its FIN
+	held      bool // rtxPkt is a withheld probe, not sent yet
+	heldSeq   header.SACKBlock
+	sacked    bool         // in recovery (loneRetransmissions.recovering)
+	recoverTo seqnum.Value // the end of the data sent at the last SACK
+	sackAt    int64
+	tsBase    int64 // 0: no timestamp seen
+	minRTT    int64 // -1: no sample yet
 }
 
 const (
@@ -70,7 +73,9 @@ const (
 	// above the tail-loss probe's 50ms floor (TCPConfig).
 	tailSilence = int64(100 * time.Millisecond)
 	// maxTailFlows bounds the flows followed, and so the packet buffers
-	// kept alive; past it, tailProbes starts afresh.
+	// kept alive; past it, tailProbes forgets the flows that sent their
+	// FIN (they may still repair data sent before it), and if that is not
+	// enough starts afresh.
 	maxTailFlows = 1 << 10
 )
 
@@ -87,16 +92,22 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 	if !seg.tcp {
 		return nil, 0, false
 	}
-	if seg.flags&(header.TCPFlagFin|header.TCPFlagRst) != 0 {
-		p.forget(seg.flow)
+	if seg.flags&(header.TCPFlagRst|header.TCPFlagSyn) != 0 {
+		p.forget(seg.flow) // a SYN starts a connection that may reuse the flow
 		return nil, 0, false
+	}
+	t := p.flows[seg.flow]
+	if t != nil && seg.flags&header.TCPFlagFin != 0 {
+		t.fin = true
 	}
 	if seg.payload == 0 {
 		return nil, 0, false
 	}
 	seq, now := seqnum.Value(header.TCP(seg.transport).SequenceNumber()), clock.now()
-	t := p.flows[seg.flow]
 	if t == nil {
+		if len(p.flows) >= maxTailFlows {
+			p.forgetFinished()
+		}
 		if len(p.flows) >= maxTailFlows {
 			p.releaseAll()
 		}
@@ -191,6 +202,16 @@ func (p *tailProbes) forget(f flowKey) {
 	if t := p.flows[f]; t != nil {
 		p.release(t)
 		delete(p.flows, f)
+	}
+}
+
+// forgetFinished drops what is kept of the flows that sent their FIN.
+func (p *tailProbes) forgetFinished() {
+	for f, t := range p.flows {
+		if t.fin {
+			p.release(t)
+			delete(p.flows, f)
+		}
 	}
 }
 

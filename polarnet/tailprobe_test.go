@@ -87,10 +87,11 @@ func TestTailProbesNotIntoClosedWindow(t *testing.T) {
 	assert.Equal(t, []uint32{2000, 3000, 4000}, f.send(time.Second, data(1000)), "window open")
 }
 
-// A FIN or RST ends what is kept of a flow, and the flows followed are
-// bounded.
+// An RST or a new SYN ends what is kept of a flow; a FIN does not, for
+// data sent before it may still need repair, but the flows past their FIN
+// go first when too many are followed, which is bounded.
 func TestTailProbesForget(t *testing.T) {
-	for _, flags := range []header.TCPFlags{header.TCPFlagFin | header.TCPFlagAck, header.TCPFlagRst} {
+	for _, flags := range []header.TCPFlags{header.TCPFlagSyn, header.TCPFlagRst} {
 		f := newTailFlow(t)
 		for seq := uint32(0); seq < 3000; seq += 1000 {
 			f.send(0, data(seq))
@@ -100,11 +101,24 @@ func TestTailProbesForget(t *testing.T) {
 		assert.Empty(t, f.send(time.Second, data(0)), "flags %v", flags)
 	}
 	f := newTailFlow(t)
-	for port := range uint16(maxTailFlows + 1) {
-		pkt := packet(seg{port: port, flags: ackPsh, payload: 1})
+	for seq := uint32(0); seq < 5000; seq += 1000 {
+		f.send(0, data(seq))
+	}
+	f.send(0, seg{port: 1, seq: 5000, flags: header.TCPFlagFin | header.TCPFlagAck})
+	assert.Equal(t, []uint32{2000, 3000, 4000}, f.send(time.Second, data(1000)), "past the FIN, a timeout's retransmission")
+
+	for port := range uint16(maxTailFlows - 1) {
+		pkt := packet(seg{port: port + 2, flags: ackPsh, payload: 1})
 		sg := parseSegment(pkt)
 		f.p.observe(pkt, &sg, f.clock, time.Millisecond)
 		pkt.DecRef()
 	}
-	assert.LessOrEqual(t, len(f.p.flows), maxTailFlows)
+	require.Len(t, f.p.flows, maxTailFlows)
+	f.send(0, seg{port: maxTailFlows + 1, flags: ackPsh, payload: 1})
+	assert.Len(t, f.p.flows, maxTailFlows, "the flow past its FIN went")
+	fin := packet(seg{port: 1})
+	defer fin.DecRef()
+	assert.NotContains(t, f.p.flows, parseSegment(fin).flow)
+	f.send(0, seg{port: maxTailFlows + 2, flags: ackPsh, payload: 1})
+	assert.Len(t, f.p.flows, 1, "then all")
 }
