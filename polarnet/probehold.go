@@ -5,8 +5,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 )
 
-// The tail-loss probe's floor (TCPConfig.MinRecoveryTimer) is held on the
-// way out. The clock floors the probe timer's wake-up, but gVisor re-arms
+// The tail-loss probe's floor (TCPConfig.MinRecoveryTimer, or lossyFloor
+// for a flow that saw loss lately: recoveryWait) is held on the way out,
+// per flow. The clock floors the probe timer's wake-up, but gVisor re-arms
 // a pending timer without telling the clock when the new deadline is later
 // (tcp/timer.go, enable), so the floored wake-up of an earlier send finds
 // a later send's deadline, two SRTT after it, passed and probes however

@@ -39,9 +39,9 @@ type tailProbes struct {
 // it, when it went, how long it waits and how many times it went again,
 // or a withheld tail-loss probe (probehold.go), its sequence space, and
 // since when it waits; whether it is in recovery, until where, and when
-// an ACK with SACK blocks last came; for its
-// round trip (recoveryWait), the shard clock's milliseconds less the
-// timestamp of its last data segment out, and the least round trip seen.
+// an ACK with SACK blocks last came; for its round trip (recoveryWait),
+// the shard clock's milliseconds less the timestamp of its last data
+// segment out, and the least round trip seen.
 type flowTail struct {
 	flow      flowKey
 	last      [tailCopies]*stack.PacketBuffer
