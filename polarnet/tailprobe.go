@@ -120,7 +120,8 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		}
 	}
 	end := seq.Add(seqnum.Size(seg.payload))
-	if ts, ok := sentTSVal(seg); ok {
+	ts, hasTS := sentTSVal(seg)
+	if hasTS {
 		t.tsBase = now/int64(time.Millisecond) - int64(ts)
 	}
 	wait := t.recoveryWait(now, floor)
@@ -142,7 +143,7 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		p.lone.hold(t, pkt, header.SACKBlock{Start: seq, End: end}, wait)
 		return probes, t.rtxAt + int64(wait), true
 	default:
-		t.rtxTSVal, t.rtx = sentTSVal(seg)
+		t.rtxTSVal, t.rtx = ts, hasTS
 		p.lone.follow(t, pkt, now, wait)
 		due = now + int64(wait)
 	}
