@@ -230,7 +230,7 @@ func CollectStats(stats polarnet.Stats, fn func(Sample)) {
 		for _, d := range []struct {
 			reason string
 			v      uint64
-		}{{"rx_ring_full", q.RxRingFull}, {"rx_no_buffers", q.RxNoBuffers}, {"rx_bad_frame", q.RxBadFrame}, {"tx_dropped", q.TxDropped}} {
+		}{{"rx_ring_full", q.RxRingFull}, {"rx_shed", q.RxShed}, {"rx_no_buffers", q.RxNoBuffers}, {"rx_bad_frame", q.RxBadFrame}, {"tx_dropped", q.TxDropped}} {
 			emit(Drops, float64(d.v), shard, queue, LayerLink, d.reason)
 		}
 		if q.PoolSize > 0 {
@@ -256,6 +256,7 @@ func shardDrops(s *polarnet.ShardStats) []drop {
 		{LayerEngine, "checksum", s.RxChecksum},
 		{LayerEngine, "no_dispatcher", s.RxNoDispatcher},
 		{LayerEngine, "martian", s.RxMartian},
+		{LayerEngine, "shed", s.RxShed},
 		{LayerEngine, "handoff_ring_full", s.HandoffDrop},
 		{LayerStack, "checksum", s.StackChecksum},
 		{LayerStack, "invalid", s.StackInvalid},

@@ -13,3 +13,10 @@ func TimersToldApart(st *Stack) (reordering, probe uint64) {
 	}
 	return reordering, probe
 }
+
+// RxBurstSize is how many frames one ReadBurst may return; BacklogBursts
+// full bursts in a row show a backlog (shed.go).
+const (
+	RxBurstSize   = rxBurstSize
+	BacklogBursts = backlogBursts
+)

@@ -103,7 +103,7 @@ func (s *shard) logTxError(err error, dropped int) {
 
 // dropCounts are the shard's drop counters a burst of drops is told by.
 type dropCounts struct {
-	badFrame, oversize, checksum, noDispatcher, martian, handoff, txRingFull, txErrors uint64
+	badFrame, oversize, checksum, noDispatcher, martian, shed, handoff, txRingFull, txErrors uint64
 }
 
 func (s *shard) drops() dropCounts {
@@ -114,6 +114,7 @@ func (s *shard) drops() dropCounts {
 		checksum:     c.rxChecksum.Load(),
 		noDispatcher: c.rxNoDispatcher.Load(),
 		martian:      c.rxMartian.Load(),
+		shed:         c.rxShed.Load(),
 		handoff:      c.handoffDrop.Load(),
 		txRingFull:   c.txRingFull.Load(),
 		txErrors:     c.txErrors.Load(),
@@ -141,6 +142,7 @@ func (s *shard) checkDrops(now int64) {
 	add("checksum", cur.checksum, prev.checksum)
 	add("no_dispatcher", cur.noDispatcher, prev.noDispatcher)
 	add("martian", cur.martian, prev.martian)
+	add("shed", cur.shed, prev.shed)
 	add("handoff_ring_full", cur.handoff, prev.handoff)
 	add("tx_ring_full", cur.txRingFull, prev.txRingFull)
 	add("tx_error", cur.txErrors, prev.txErrors)
@@ -157,5 +159,5 @@ func (s *shard) checkDrops(now int64) {
 }
 
 func sum(d dropCounts) uint64 {
-	return d.badFrame + d.oversize + d.checksum + d.noDispatcher + d.martian + d.handoff + d.txRingFull + d.txErrors
+	return d.badFrame + d.oversize + d.checksum + d.noDispatcher + d.martian + d.shed + d.handoff + d.txRingFull + d.txErrors
 }

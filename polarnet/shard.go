@@ -64,6 +64,7 @@ type shard struct {
 	woken []bool
 	// conns counts open connections, for choosing the least loaded shard.
 	conns atomic.Int64
+	shed  shedding // shed.go
 }
 
 // shardCounters are a shard's own counters, written by its poller and TX path.
@@ -71,6 +72,7 @@ type shardCounters struct {
 	rxFrames, rxBytes                  atomic.Uint64
 	rxBadFrame, rxOversize, rxChecksum atomic.Uint64
 	rxNoDispatcher, rxMartian          atomic.Uint64
+	rxShed                             atomic.Uint64
 	handoffOut, handoffIn, handoffDrop atomic.Uint64
 	shareOut                           atomic.Uint64
 	txFrames, txBytes, txBursts        atomic.Uint64
@@ -99,6 +101,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		maxRx:  cfg.MTU + header.EthernetMinimumSize,
 		done:   make(chan struct{}),
 	}
+	s.shed.link, _ = q.(link.SYNShedder)
 	if info.Caps&link.CapGSO != 0 {
 		// A link that segments for us may also hand us coalesced frames.
 		s.maxRx = info.RxFrameSize
@@ -112,6 +115,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		}
 	})
 	s.clock.protocolFloor = max(cfg.TCP.MinRecoveryTimer, 0)
+	s.shed.clock = s.clock
 	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock, st.sacks, st.windows, func(proto tcpip.NetworkProtocolNumber, flow flowKey) bool {
 		return finWait1(s.stack, proto, flow)
 	})
@@ -126,6 +130,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		HandleLocal:        true,
 		Clock:              s.clock,
 	})
+	s.shed.cookies = s.stack.Stats().TCP.ListenOverflowSynCookieSent
 	if err := s.configure(cfg); err != nil {
 		s.stack.Destroy()
 		return nil, err
@@ -273,8 +278,9 @@ func (s *shard) poll() {
 		if local {
 			keepWakeupsLocal()
 		}
+		backlog := s.shed.backlog(n, len(s.rx))
 		if n > 0 {
-			s.deliver(n)
+			s.deliver(n, backlog)
 		}
 		n += s.receiveHandoffs()
 		if s.gro != nil {
@@ -359,8 +365,10 @@ func (s *shard) sleep() bool {
 
 // deliver passes the n frames of a burst, in rx, to the stack or to the
 // shards that own them. Each frame's headers are parsed once, up front, and
-// every check reads them from there.
-func (s *shard) deliver(n int) {
+// every check reads them from there. backlog: the link queue holds more
+// than the poller keeps up with, and frames for no connection are shed
+// (shed.go).
+func (s *shard) deliver(n int, backlog bool) {
 	sharded := len(s.owner.shards) > 1
 	// One atomic add per burst, not per frame, for what every frame counts.
 	var bytes uint64
@@ -373,6 +381,8 @@ func (s *shard) deliver(n int) {
 	if s.gro != nil {
 		markLone(s.rxHdrs[:n], s.flowKeys[:n], s.lone[:n])
 	}
+	admit, requests := 1, 0
+	shedRequests := s.shed.answering(s.clock.now()) && backlog
 	for i := range n {
 		f := &s.rx[i]
 		length := f.Len
@@ -401,9 +411,25 @@ func (s *shard) deliver(n int) {
 		if sharded {
 			dst = s.owner.owner(h)
 		}
+		th := h.tcp()
+		if th != nil && (int(th.DataOffset()) < header.TCPMinimumSize || int(th.DataOffset()) > len(th)) {
+			th = nil
+		}
+		if backlog && th != nil && forNoConnection(s.shardOf(dst).stack, h, th) {
+			if request := connectionRequest(th); !request || shedRequests {
+				if request {
+					requests++
+				}
+				if admit == 0 {
+					s.stats.rxShed.Add(1)
+					continue
+				}
+				admit--
+			}
+		}
 		var rebuilt []byte
-		if th := h.tcp(); th != nil && int(th.DataOffset()) >= header.TCPMinimumSize && int(th.DataOffset()) <= len(th) {
-			if dsack, needless := s.txOf(dst).received(h, th, !f.ChecksumValid); needless {
+		if th != nil {
+			if dsack, needless := s.shardOf(dst).tx.received(h, th, !f.ChecksumValid); needless {
 				rebuilt = withDSACK(f.Buf[:length], h, th, dsack, !f.ChecksumValid)
 			}
 		}
@@ -431,15 +457,19 @@ func (s *shard) deliver(n int) {
 	if sharded {
 		s.wakePeers()
 	}
+	if 2*requests >= n {
+		// Most of a backlog is connection requests: a SYN flood.
+		s.shed.flood(s.clock.now())
+	}
 }
 
-// txOf returns the TX queue of the shard dst (owner's answer), whose flows
-// are the frame's.
-func (s *shard) txOf(dst int) *txQueue {
+// shardOf returns the shard dst (owner's answer), whose flows are the
+// frame's.
+func (s *shard) shardOf(dst int) *shard {
 	if dst < 0 {
-		return s.tx
+		return s
 	}
-	return s.owner.shards[dst].tx
+	return s.owner.shards[dst]
 }
 
 // deliverPayload hands a received frame to the stack; through GRO if the

@@ -33,6 +33,12 @@ type ShardStats struct {
 	// RxMartian counts packets from impossible sources (broadcast,
 	// multicast, loopback, reserved, or the stack's own address).
 	RxMartian uint64
+	// RxShed counts frames for no connection (SYNs, segments for a
+	// listener or for no endpoint) the shard dropped, all but one per
+	// burst, while its link queue held a backlog: under a flood it cannot
+	// keep up with, the established connections' frames go first. What
+	// the link dropped for it is QueueStats.RxShed.
+	RxShed uint64
 	// HandoffOut counts frames of flows this shard received for another
 	// shard and passed on (software steering); with a link that steers it
 	// stays 0. SharedOut counts copies of neighbour replies and router
@@ -71,6 +77,7 @@ func (c *shardCounters) snapshot() ShardStats {
 		RxChecksum:     c.rxChecksum.Load(),
 		RxNoDispatcher: c.rxNoDispatcher.Load(),
 		RxMartian:      c.rxMartian.Load(),
+		RxShed:         c.rxShed.Load(),
 		HandoffOut:     c.handoffOut.Load(),
 		SharedOut:      c.shareOut.Load(),
 		HandoffIn:      c.handoffIn.Load(),
@@ -96,6 +103,7 @@ func (a *ShardStats) add(b ShardStats) {
 	a.RxChecksum += b.RxChecksum
 	a.RxNoDispatcher += b.RxNoDispatcher
 	a.RxMartian += b.RxMartian
+	a.RxShed += b.RxShed
 	a.HandoffOut += b.HandoffOut
 	a.SharedOut += b.SharedOut
 	a.HandoffIn += b.HandoffIn

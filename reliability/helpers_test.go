@@ -283,6 +283,16 @@ func tapDropped(e *env) uint64 {
 	return n
 }
 
+// tapShed returns how many connection requests the TAP device shed for
+// the stack (link.SYNShedder).
+func tapShed(e *env) uint64 {
+	var n uint64
+	for _, q := range e.TAP.LinkStats() {
+		n += q.RxShed
+	}
+	return n
+}
+
 // protocolCounter returns a reader of the stack's protocol counter at path
 // (one that require.Eventually may poll), failing the test at once if path
 // names no counter.

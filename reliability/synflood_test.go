@@ -34,8 +34,9 @@ const floodWindow = 2 * time.Second
 // flood, no guessed ACK makes a connection, and the memory a flood leaves
 // behind is bounded (the half-open connections of one backlog, not state
 // per SYN). The streams' throughput under each flood against the unloaded
-// baseline, and how long they took to move again after it, are logged,
-// not asserted.
+// baseline, and how long they took to move again after it, are logged
+// beside the kernel's under the same SYN and ACK floods, not asserted, as
+// are what the TAP device and the stack shed.
 //
 // Each flood starts from streams that move, their deadlines renewed: a
 // flood the stack cannot absorb drops most frames of the established
@@ -88,7 +89,7 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 			deadline(ioBound, k1, s1, k2, s2)
 			before, engagedBefore := liveHeap(), tc.engaged()
 			engaged := func() uint64 { return tc.engaged() - engagedBefore }
-			rxBefore := e.Stack.Stats().Total.RxFrames
+			rxBefore, shedBefore, linkShedBefore := e.Stack.Stats().Total.RxFrames, e.Stack.Stats().Total.RxShed, tapShed(e)
 			heap := sampleHeap()
 			f := startFlood(raw, 1<<30, tc.rate, spoofedSegments(tc.flags, uint64(tc.rate), e.stackMAC, dst))
 			loaded := rates(floodWindow, up, down)
@@ -115,8 +116,9 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 				assert.Equal(t, k.LocalAddr().String(), s.RemoteAddr().String(), "the connection accepted after the flood is the kernel's")
 			}
 			assert.Less(t, retained, int64(heapBound), "heap left behind by the flood")
-			t.Logf("%d %ss at %.0f/s; the stack received %d frames, its defence engaged %d times; heap %s before, peak in use %s, %s retained",
-				sent, kind, sentRate, e.Stack.Stats().Total.RxFrames-rxBefore, engaged(), mib(before), mib(peak), mib(uint64(max(retained, 0))))
+			t.Logf("%d %ss at %.0f/s; the TAP shed %d, the stack received %d frames and shed %d, its defence engaged %d times; heap %s before, peak in use %s, %s retained",
+				sent, kind, sentRate, tapShed(e)-linkShedBefore, e.Stack.Stats().Total.RxFrames-rxBefore, e.Stack.Stats().Total.RxShed-shedBefore,
+				engaged(), mib(before), mib(peak), mib(uint64(max(retained, 0))))
 			t.Logf("throughput under the flood: kernel→stack %.3f of unloaded, stack→kernel %.3f; both moved again %v after it",
 				loaded[0]/base[0], loaded[1]/base[1], resumed.Round(time.Millisecond))
 		})
@@ -125,7 +127,8 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 	assert.NoError(t, up.finish(), "kernel→stack stream")
 	assert.NoError(t, down.finish(), "stack→kernel stream")
 	t.Logf("%d frames lost in the TAP queue towards the stack", tapDropped(e))
-	t.Run("kernel reference, SYN max rate", kernelSYNFlood)
+	t.Run("kernel reference, SYN max rate", func(t *testing.T) { kernelFlood(t, frame.FlagSYN) })
+	t.Run("kernel reference, ACK max rate", func(t *testing.T) { kernelFlood(t, frame.FlagACK) })
 }
 
 // spoofedSegments returns a frame maker for startFlood: TCP segments with
@@ -153,13 +156,14 @@ func spoofedSegments(flags uint8, seed uint64, dstMAC net.HardwareAddr, dst neti
 	}
 }
 
-// kernelSYNFlood is the reference of the SYN flood at max rate, logged
-// beside the stack's: the same two streams, one each way, and the same
-// flooder, between kernels over a veth pair (k2k) whose server sends SYN
-// cookies once its SYN queue is full, as Linux does by default. The
-// flooder writes on the client's end, whose kernel drops the answers to
-// the spoofed sources (it does not forward).
-func kernelSYNFlood(t *testing.T) {
+// kernelFlood is the reference of a flood at max rate of segments with
+// flags (SYN, or ACK guessing at SYN cookies), logged beside the stack's:
+// the same two streams, one each way, and the same flooder, between
+// kernels over a veth pair (k2k) whose server sends SYN cookies once its
+// SYN queue is full, as Linux does by default. The flooder writes on the
+// client's end, whose kernel drops the answers to the spoofed sources (it
+// does not forward).
+func kernelFlood(t *testing.T, flags uint8) {
 	server, client := rrbench.KernelVeth(t)
 	_, err := server.Exec("ip", "route", "add", "default", "via", rrbench.K2KClient.Addr().String())
 	require.NoError(t, err)
@@ -187,7 +191,7 @@ func kernelSYNFlood(t *testing.T) {
 	up, down := startStream(c1, s1, 1, pace{}), startStream(s2, c2, 2, pace{})
 	rates(floodWindow/2, up, down) // out of slow start
 	base := rates(floodWindow, up, down)
-	f := startFlood(raw, 1<<30, 0, spoofedSegments(frame.FlagSYN, 0, serverMAC, dst))
+	f := startFlood(raw, 1<<30, 0, spoofedSegments(flags, 0, serverMAC, dst))
 	loaded := rates(floodWindow, up, down)
 	sent, sentRate, floodErr := f.stop()
 	require.NoError(t, floodErr)
@@ -198,8 +202,9 @@ func kernelSYNFlood(t *testing.T) {
 	require.NoError(t, err)
 	counter := strings.Fields(out)
 	require.Len(t, counter, 4, out)
-	t.Logf("unloaded: client→server %s/s, server→client %s/s; %d SYNs at %.0f/s, the server sent %s SYN cookies",
-		mib(uint64(base[0])), mib(uint64(base[1])), sent, sentRate, counter[2])
+	kind := map[uint8]string{frame.FlagSYN: "SYN", frame.FlagACK: "ACK"}[flags]
+	t.Logf("unloaded: client→server %s/s, server→client %s/s; %d %ss at %.0f/s, the server sent %s SYN cookies",
+		mib(uint64(base[0])), mib(uint64(base[1])), sent, kind, sentRate, counter[2])
 	t.Logf("throughput under the flood: client→server %.3f of unloaded, server→client %.3f; both moved again %v after it",
 		loaded[0]/base[0], loaded[1]/base[1], resumed.Round(time.Millisecond))
 }

@@ -19,8 +19,9 @@ import (
 // the TAP device. TAP takes one syscall per frame each way; a burst makes
 // them back to back under one reference to the descriptor.
 type queue struct {
-	link *Link
-	vnet bool // frames are preceded by a virtio-net header
+	link  *Link
+	index int  // the queue's number on the device
+	vnet  bool // frames are preceded by a virtio-net header
 
 	// file owns the descriptor. Bursts run their syscalls inside
 	// file.SyscallConn's Read and Write, which hold a reference to it: Close
@@ -78,6 +79,7 @@ func newQueue(l *Link, index, fd, waitFd int) *queue {
 	name := fmt.Sprintf("%s (%s queue %d)", tunPath, l.info.Name, index)
 	q := &queue{
 		link:     l,
+		index:    index,
 		vnet:     l.info.Caps != 0,
 		file:     os.NewFile(uintptr(fd), name),
 		waitFile: os.NewFile(uintptr(waitFd), name),

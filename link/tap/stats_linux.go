@@ -24,8 +24,10 @@ var _ link.Statser = (*Link)(nil)
 //   - RxFrames, RxBytes: frames the kernel queued to the link's descriptors
 //     (the device's tx_packets, tx_bytes);
 //   - RxRingFull: frames the kernel dropped on their way to the link
-//     (tx_dropped), almost always because a queue's ring, txqueuelen frames
-//     long, was full: the poller fell behind;
+//     (tx_dropped, less RxShed), almost always because a queue's ring,
+//     txqueuelen frames long, was full: the poller fell behind;
+//   - RxShed: connection requests the shedding program dropped (the
+//     kernel counts them in tx_dropped too);
 //   - TxFrames, TxBytes: frames the link wrote (rx_packets, rx_bytes);
 //   - TxDropped: frames the link wrote that the kernel dropped
 //     (rx_dropped, and rx_frame_errors for malformed ones).
@@ -43,11 +45,18 @@ func (l *Link) LinkStats() []link.QueueStats {
 	if ctlErr != nil || err != nil {
 		return nil
 	}
+	var shed uint64
+	if l.shed != nil {
+		for q := range l.shed.queues {
+			shed += l.shed.dropped(q)
+		}
+	}
 	return []link.QueueStats{{
 		Queue:      -1,
 		RxFrames:   st[statTxPackets],
 		RxBytes:    st[statTxBytes],
-		RxRingFull: st[statTxDropped],
+		RxRingFull: st[statTxDropped] - min(shed, st[statTxDropped]),
+		RxShed:     shed,
 		TxFrames:   st[statRxPackets],
 		TxBytes:    st[statRxBytes],
 		TxDropped:  st[statRxDropped] + st[statRxFrameErrors],

@@ -21,36 +21,13 @@ const tunSetSteeringEBPF = 0x800454e0
 // else (UDP lives on shard 0; ARP and ICMP are answered wherever they land).
 // It is assembled here because CI has no clang.
 func steeringProgram(queues int) (*ebpf.Program, error) {
-	const (
-		eth      = 14
-		ipv4     = 0x0800
-		ipv6     = 0x86dd
-		protoTCP = 6
-	)
-	insns := asm.Instructions{
-		// Legacy packet loads (LD_ABS/LD_IND) read the frame through R6 and
-		// return 0 when the frame is too short, which we then steer to 0.
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadAbs(12, asm.Half),
-		asm.JEq.Imm(asm.R0, ipv4, "ipv4"),
-		asm.JEq.Imm(asm.R0, ipv6, "ipv6"),
-		asm.Ja.Label("queue0"),
-
-		asm.LoadAbs(eth+9, asm.Byte).WithSymbol("ipv4"),
-		asm.JNE.Imm(asm.R0, protoTCP, "queue0"),
-		asm.LoadAbs(eth+6, asm.Half), // flags and fragment offset
-		asm.And.Imm(asm.R0, 0x3fff),
-		asm.JNE.Imm(asm.R0, 0, "queue0"), // fragments: reassembled on shard 0
-		asm.LoadAbs(eth, asm.Byte),
-		asm.And.Imm(asm.R0, 0x0f),
-		asm.LSh.Imm(asm.R0, 2), // IPv4 header length
-		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.Ja.Label("ports"),
-
-		asm.LoadAbs(eth+6, asm.Byte).WithSymbol("ipv6"),
-		asm.JNE.Imm(asm.R0, protoTCP, "queue0"), // extension headers: software steering
-		asm.Mov.Imm(asm.R7, 40),
-
+	// Legacy packet loads (LD_ABS/LD_IND) read the frame through R6 and
+	// return 0 when the frame is too short, which we then steer to 0.
+	insns := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1)}
+	// Fragments are reassembled on shard 0; extension headers mean
+	// software steering.
+	insns = append(insns, tcpHeaderAt(asm.R7, "queue0", "ports")...)
+	insns = append(insns,
 		asm.LoadInd(asm.R0, asm.R7, eth, asm.Half).WithSymbol("ports"), // source port
 		asm.Mov.Reg(asm.R8, asm.R0),
 		asm.LoadInd(asm.R0, asm.R7, eth+2, asm.Half), // destination port
@@ -60,15 +37,58 @@ func steeringProgram(queues int) (*ebpf.Program, error) {
 
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("queue0"),
 		asm.Return(),
+	)
+	return loadSocketFilter("polarnet_steer", "steering", insns)
+}
+
+// Offsets and numbers the programs read frames by.
+const (
+	eth      = 14 // the Ethernet header's length
+	ipv4     = 0x0800
+	ipv6     = 0x86dd
+	protoTCP = 6
+)
+
+// tcpHeaderAt reads a frame through R6 (the context) with legacy packet
+// loads and leaves in dst the offset of its TCP header from its IP header,
+// then jumps to found; a frame that is not a TCP segment of IPv4 (and not a
+// fragment) or of IPv6 without extension headers jumps to other.
+func tcpHeaderAt(dst asm.Register, other, found string) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadAbs(12, asm.Half),
+		asm.JEq.Imm(asm.R0, ipv4, "ipv4"),
+		asm.JEq.Imm(asm.R0, ipv6, "ipv6"),
+		asm.Ja.Label(other),
+
+		asm.LoadAbs(eth+9, asm.Byte).WithSymbol("ipv4"),
+		asm.JNE.Imm(asm.R0, protoTCP, other),
+		asm.LoadAbs(eth+6, asm.Half), // flags and fragment offset
+		asm.And.Imm(asm.R0, 0x3fff),
+		asm.JNE.Imm(asm.R0, 0, other),
+		asm.LoadAbs(eth, asm.Byte),
+		asm.And.Imm(asm.R0, 0x0f),
+		asm.LSh.Imm(asm.R0, 2), // IPv4 header length
+		asm.Mov.Reg(dst, asm.R0),
+		asm.Ja.Label(found),
+
+		asm.LoadAbs(eth+6, asm.Byte).WithSymbol("ipv6"),
+		asm.JNE.Imm(asm.R0, protoTCP, other),
+		asm.Mov.Imm(dst, 40),
+		asm.Ja.Label(found),
 	}
+}
+
+// loadSocketFilter loads insns as a socket filter program, what a TAP
+// device runs to steer and to filter the frames sent to it.
+func loadSocketFilter(name, what string, insns asm.Instructions) (*ebpf.Program, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "polarnet_steer",
+		Name:         name,
 		Type:         ebpf.SocketFilter,
 		License:      "GPL",
 		Instructions: insns,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tap: loading the steering program: %w", err)
+		return nil, fmt.Errorf("tap: loading the %s program: %w", what, err)
 	}
 	return prog, nil
 }

@@ -38,7 +38,10 @@ type Link struct {
 	info    link.Info
 	queues  []link.Queue
 	steered bool // the steering program spreads flows over the queues
-	closed  atomic.Bool
+	// shed is the shedding program's state; nil when the device refused
+	// the program (then the queues do not shed).
+	shed   *shedder
+	closed atomic.Bool
 }
 
 var (
@@ -120,8 +123,10 @@ func New(cfg Config) (*Link, error) {
 			return nil, fmt.Errorf("tap: making %s persistent: %w", name, err)
 		}
 	}
-
-	l := &Link{steered: steered, info: link.Info{
+	// Shedding is a defence, not a function: a device or kernel that
+	// refuses the program still carries traffic.
+	shed, _ := attachShedding(fd, name, cfg.Queues)
+	l := &Link{steered: steered, shed: shed, info: link.Info{
 		Name:        name,
 		MAC:         cfg.MAC,
 		MTU:         cfg.MTU,
@@ -163,6 +168,14 @@ func (l *Link) Close() error {
 		if err := q.(*queue).close(); err != nil {
 			errs = append(errs, fmt.Errorf("tap: closing %s: %w", l.info.Name, err))
 		}
+	}
+	if l.shed != nil {
+		// A persistent device keeps the program, which reads the map
+		// through its own reference: every switch is left off.
+		for q := range l.shed.queues {
+			l.shed.set(q, false)
+		}
+		l.shed.state.Close()
 	}
 	return errors.Join(errs...)
 }
