@@ -42,3 +42,35 @@ func TestSynStamps(t *testing.T) {
 		}
 	}
 }
+
+// The first segment received for a handshake whose SYN or SYN-ACK went
+// again, echoing the first's timestamp, leaves echoing the latest; later
+// segments, and those of a handshake sent once, keep their echo.
+func TestSynStampsAnswered(t *testing.T) {
+	for _, caps := range []link.Capabilities{0, link.CapTXChecksum} {
+		c := echoConn{newSACKConn(t, caps, false)}
+		synACK := func(d time.Duration, seq uint32) {
+			c.q.clock.freeze(int64(time.Hour + d))
+			opts := append(frame.MSSOption(1460), tsOption(7000, 40)...)
+			c.sendFrame(frame.TCPSpec{Src: c.src, Dst: c.dst, Seq: seq, Ack: 41, Flags: frame.FlagSYN | frame.FlagACK, Window: 1000, Options: opts})
+		}
+		synACK(0, 100)
+		assert.Equal(t, uint32(7000), c.ack(101, tsOption(50, 7000)), "sent once")
+
+		synACK(0, 200)
+		synACK(time.Second, 200)
+		assert.Equal(t, int32(1), c.q.syns.resent.Load(), "one flow sent again")
+		assert.Equal(t, uint32(8000), c.ack(201, tsOption(50, 7000)), "the first answer, echoing the first")
+		assert.Equal(t, uint32(7000), c.ack(201, tsOption(51, 7000)), "the next")
+		assert.Zero(t, c.q.syns.resent.Load(), "forgotten")
+
+		synACK(2*time.Second, 300)
+		synACK(3*time.Second, 300)
+		assert.Equal(t, uint32(6000), c.ack(301, tsOption(52, 6000)), "an echo from before the handshake")
+
+		synACK(4*time.Second, 400)
+		synACK(6*time.Second, 400)
+		assert.Equal(t, uint32(9000), c.ack(401, tsOption(53, 9000)), "echoing the latest already")
+		assert.Zero(t, c.q.syns.resent.Load())
+	}
+}

@@ -101,7 +101,7 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 		sacks:    sacks,
 		finWait:  finWait,
 		tails:    newTailProbes(windows),
-		syns:     make(synStamps),
+		syns:     synStamps{m: make(map[flowKey]synStamp)},
 		windows:  windows,
 	}
 	t.acks = newACKFilter(ack, mtu, stats, clock, t.release)
