@@ -138,6 +138,16 @@ func (h *rxHeaders) tcp() header.TCP {
 	return header.TCP(h.l4)
 }
 
+// validTCP is tcp for a header whose data offset is within it; nil for
+// anything else.
+func (h *rxHeaders) validTCP() header.TCP {
+	th := h.tcp()
+	if th == nil || int(th.DataOffset()) < header.TCPMinimumSize || int(th.DataOffset()) > len(th) {
+		return nil
+	}
+	return th
+}
+
 // flow keys the flow of a received TCP segment whose header is th (from
 // tcp) as the segments we send on it are.
 func (h *rxHeaders) flow(th header.TCP) flowKey {

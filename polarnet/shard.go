@@ -381,8 +381,11 @@ func (s *shard) deliver(n int, backlog bool) {
 	if s.gro != nil {
 		markLone(s.rxHdrs[:n], s.flowKeys[:n], s.lone[:n])
 	}
+	// Shed only from a backlog that looks like a flood: bare segments for
+	// the most part (shed.go).
+	suspect := backlog && s.floodLike(n)
 	admit, requests := 1, 0
-	shedRequests := s.shed.answering(s.clock.now()) && backlog
+	shedRequests := s.shed.answering(s.clock.now()) && suspect
 	for i := range n {
 		f := &s.rx[i]
 		length := f.Len
@@ -411,11 +414,8 @@ func (s *shard) deliver(n int, backlog bool) {
 		if sharded {
 			dst = s.owner.owner(h)
 		}
-		th := h.tcp()
-		if th != nil && (int(th.DataOffset()) < header.TCPMinimumSize || int(th.DataOffset()) > len(th)) {
-			th = nil
-		}
-		if backlog && th != nil && forNoConnection(s.shardOf(dst).stack, h, th) {
+		th := h.validTCP()
+		if suspect && th != nil && bare(h, th) && forNoConnection(s.shardOf(dst).stack, h, th) {
 			if request := connectionRequest(th); !request || shedRequests {
 				if request {
 					requests++

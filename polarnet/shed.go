@@ -18,8 +18,9 @@ import (
 // the established connections' frames with the flood's: gVisor answers a
 // SYN in several microseconds (a processor goroutine wakes, a SYN-ACK is
 // written), while a kernel-to-kernel flood is throttled by the receiving
-// kernel's own cost. So while the link queue holds a backlog, the shard
-// passes gVisor at most one frame per burst bound for a listener or for no
+// kernel's own cost. So while the link queue holds a backlog whose bursts
+// are mostly bare segments (no data: SYNs, ACKs), the shard passes gVisor
+// at most one bare segment per burst bound for a listener or for no
 // endpoint and drops the rest (ShardStats.RxShed): SYN cookies still answer
 // some, and a client that retries gets through. Connection requests are
 // shed only while the shard's listeners answer with SYN cookies (a SYN
@@ -122,6 +123,26 @@ func (sh *shedding) set(on bool) bool {
 		sh.link = nil
 	}
 	return err == nil
+}
+
+// floodLike reports whether most of the burst's n frames are bare TCP
+// segments: only then does the shard look up where they go, which a
+// backlog of a busy poller's ordinary traffic would pay for nothing.
+func (s *shard) floodLike(n int) bool {
+	bares := 0
+	for i := range n {
+		h := &s.rxHdrs[i]
+		if th := h.validTCP(); th != nil && bare(h, th) {
+			bares++
+		}
+	}
+	return 2*bares >= n
+}
+
+// bare reports whether a received TCP segment, whose headers are h and
+// valid TCP header th, carries no data.
+func bare(h *rxHeaders, th header.TCP) bool {
+	return h.end-h.netLen-int(th.DataOffset()) <= 0
 }
 
 // connectionRequest reports whether th opens a connection: SYN without ACK.

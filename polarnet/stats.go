@@ -33,11 +33,12 @@ type ShardStats struct {
 	// RxMartian counts packets from impossible sources (broadcast,
 	// multicast, loopback, reserved, or the stack's own address).
 	RxMartian uint64
-	// RxShed counts frames for no connection (SYNs, segments for a
-	// listener or for no endpoint) the shard dropped, all but one per
-	// burst, while its link queue held a backlog: under a flood it cannot
-	// keep up with, the established connections' frames go first. What
-	// the link dropped for it is QueueStats.RxShed.
+	// RxShed counts segments without data for no connection (SYNs,
+	// segments for a listener or for no endpoint) the shard dropped, all
+	// but one per burst, while its link queue held a backlog of mostly
+	// such segments: under a flood it cannot keep up with, the established
+	// connections' frames go first. What the link dropped for it is
+	// QueueStats.RxShed.
 	RxShed uint64
 	// HandoffOut counts frames of flows this shard received for another
 	// shard and passed on (software steering); with a link that steers it
