@@ -14,8 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	// Registers the AF_XDP link for the env check; tap is imported above.
-	_ "github.com/polarnet/polarnet/link/afxdp"
+	pnlink "github.com/polarnet/polarnet/link"
+	_ "github.com/polarnet/polarnet/link/afxdp" // registers the AF_XDP link for the env check
 	"github.com/polarnet/polarnet/link/tap"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -106,6 +106,13 @@ func probeTAP() TAPProbe {
 			}
 			if p.Queues > 1 {
 				p.Detail += ", steering eBPF attached"
+			}
+			// The filter that sheds SYN floods is optional: a device
+			// that refuses it still carries traffic.
+			if sh, ok := l.Queues()[0].(pnlink.SYNShedder); ok && sh.ShedSYNs(false) == nil {
+				p.Detail += ", SYN-flood filter attached"
+			} else {
+				p.Detail += ", no SYN-flood filter (floods are shed in the engine only)"
 			}
 			return l.Close()
 		}
