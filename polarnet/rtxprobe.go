@@ -231,11 +231,17 @@ func (q *txQueue) resendLone() {
 // received follows a received TCP segment, whose headers are h and TCP
 // header th (its data offset within th): it settles the flow's lone
 // retransmission or withheld probe and raises its echo (sackEcho), or
-// that of the answer to a handshake sent again (synStamps).
+// that of the answer to a handshake sent again (synStamps), and notes a
+// peer's SYN (peerStamps).
 // fixChecksum tells whether the segment's checksum is complete, to be
 // updated. When the segment shows a withheld probe needless, received
 // returns the D-SACK block to add to it (probehold.go).
 func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack header.SACKBlock, needless bool) {
+	if th.Flags()&header.TCPFlagSyn != 0 {
+		q.mu.Lock()
+		q.peers.note(h.flow(th), th)
+		q.mu.Unlock()
+	}
 	if th.Flags()&header.TCPFlagAck == 0 {
 		return dsack, false
 	}

@@ -100,11 +100,94 @@ func (m *synStamps) answered(f flowKey, th header.TCP, fixChecksum bool) {
 	}
 	delete(m.m, f)
 	m.resent.Add(-1)
+	raiseEchoWithin(th, st.tsVal, st.last, fixChecksum)
+}
+
+// raiseEchoWithin raises the echo of the TCP segment th, whose data offset
+// is within it, to to if it echoes a time from from on and before to.
+// fixChecksum tells whether the segment's checksum is complete, to be
+// updated.
+func raiseEchoWithin(th header.TCP, from, to uint32, fixChecksum bool) {
 	at := tsAt(th) + 4 // the echo
 	if at < 4 {
 		return
 	}
-	if echo := binary.BigEndian.Uint32(th[at:]); int32(st.last-echo) > 0 && int32(echo-st.tsVal) >= 0 {
-		putTCPUint32(th, at, st.last, fixChecksum)
+	if echo := binary.BigEndian.Uint32(th[at:]); int32(to-echo) > 0 && int32(echo-from) >= 0 {
+		putTCPUint32(th, at, to, fixChecksum)
 	}
+}
+
+// peerStamps is synStamps' other half: the peer's SYN or SYN-ACK sent
+// again. A peer stamps its repeat afresh, but when we had the first and
+// our answer was lost, gVisor answers the repeat with the first's echo
+// (RFC 7323 §4.3) and the peer seeds its SRTT with the second between
+// them: a kernel sender at 5% loss then waited 2.3 s for its first
+// tail-loss probe (captures of the conformance exchange). So the poller
+// notes each flow's first SYN and a repeat's timestamp, and the TX queue
+// raises the echo of what the flow sends next to the repeat's, until the
+// first segment that is not a SYN, after which the flow is forgotten.
+//
+// It is the TX queue's, used under its lock but for again.
+type peerStamps struct {
+	m map[flowKey]peerStamp
+	// again counts the flows in m whose peer sent its SYN again: the TX
+	// queue looks up what it sends only while some are.
+	again atomic.Int32
+}
+
+// peerStamp is the peer's first SYN on a flow: its sequence number and
+// timestamp, and once it came again, the latest timestamp.
+type peerStamp struct {
+	seq   seqnum.Value
+	first uint32
+	again bool
+	last  uint32
+}
+
+// note follows a received SYN of flow f (keyed as we send), whose TCP
+// header th has its data offset within it.
+func (m *peerStamps) note(f flowKey, th header.TCP) {
+	at := tsAt(th)
+	if at < 0 {
+		return
+	}
+	seq, ts := seqnum.Value(th.SequenceNumber()), binary.BigEndian.Uint32(th[at:])
+	st, ok := m.m[f]
+	switch {
+	case ok && st.seq == seq && int32(ts-st.last) > 0:
+		if !st.again {
+			m.again.Add(1)
+		}
+		st.again, st.last = true, ts
+	case ok && st.seq == seq:
+		return
+	default:
+		if !ok && len(m.m) >= maxSynStamps {
+			clear(m.m)
+			m.again.Store(0)
+		}
+		if ok && st.again {
+			m.again.Add(-1)
+		}
+		st = peerStamp{seq: seq, first: ts, last: ts}
+	}
+	m.m[f] = st
+}
+
+// echo raises the echo of seg, about to be sent, if its flow's peer sent
+// its SYN again, and forgets the flow once seg is not a SYN. fixChecksum
+// tells whether the segment carries its complete checksum.
+func (m *peerStamps) echo(seg *segment, fixChecksum bool) {
+	if !seg.tcp {
+		return
+	}
+	st, ok := m.m[seg.flow]
+	if !ok || !st.again {
+		return
+	}
+	if seg.flags&header.TCPFlagSyn == 0 {
+		delete(m.m, seg.flow)
+		m.again.Add(-1)
+	}
+	raiseEchoWithin(header.TCP(seg.transport), st.first, st.last, fixChecksum)
 }

@@ -74,3 +74,39 @@ func TestSynStampsAnswered(t *testing.T) {
 		assert.Zero(t, c.q.syns.resent.Load())
 	}
 }
+
+// What a flow sends after its peer sent its SYN or SYN-ACK again leaves
+// echoing the repeat's timestamp if it echoed an earlier one: a SYN-ACK
+// and the segments up to the first that is not a SYN; a repeat with the
+// same timestamp changes nothing.
+func TestPeerStamps(t *testing.T) {
+	for _, caps := range []link.Capabilities{0, link.CapTXChecksum} {
+		for _, peerFlags := range []uint8{frame.FlagSYN, frame.FlagSYN | frame.FlagACK} {
+			c := newSACKConn(t, caps, false)
+			peer := func(seq, ts uint32) {
+				f := frame.TCPFrame(frame.TCPSpec{Src: c.dst, Dst: c.src, Seq: seq, Ack: 1, Flags: peerFlags, Window: 1000, Options: tsOption(ts, 0)})
+				h := parseRx(f)
+				c.q.received(h, h.tcp(), true)
+			}
+			send := func(flags uint8, ecr uint32) uint32 {
+				f := c.sendFrame(frame.TCPSpec{Src: c.src, Dst: c.dst, Seq: 1, Ack: 501, Flags: flags, Window: 1000, Options: tsOption(9, ecr)})
+				return sentTCP(t, f).Options.TSEcr
+			}
+			peer(500, 100)
+			assert.Equal(t, uint32(100), send(frame.FlagACK, 100), "the first")
+			peer(500, 100)
+			assert.Equal(t, uint32(100), send(frame.FlagACK, 100), "a repeat of the same stamp")
+
+			peer(500, 1100)
+			assert.Equal(t, uint32(1100), send(frame.FlagSYN|frame.FlagACK, 100), "a SYN-ACK answering the repeat")
+			assert.Equal(t, uint32(1100), send(frame.FlagACK, 100), "the first segment after")
+			assert.Equal(t, uint32(100), send(frame.FlagACK, 100), "forgotten")
+			assert.Zero(t, c.q.peers.again.Load())
+
+			peer(700, 2000)
+			peer(700, 3000)
+			assert.Equal(t, uint32(3000), send(frame.FlagACK, 3000), "echoing the repeat already")
+			assert.Equal(t, uint32(50), send(frame.FlagACK, 50), "forgotten")
+		}
+	}
+}

@@ -70,8 +70,10 @@ type txQueue struct {
 	finWait func(tcpip.NetworkProtocolNumber, flowKey) bool
 	// tails keeps flows' last data segments (see tailProbes).
 	tails *tailProbes
-	// syns restamps retransmitted SYNs (synstamp.go).
-	syns synStamps
+	// syns restamps retransmitted SYNs, peers raises the echo answering
+	// the peer's (synstamp.go).
+	syns  synStamps
+	peers peerStamps
 	// loneTimer sends lone retransmissions again (rtxprobe.go).
 	loneTimer tcpip.Timer
 	loneArmed bool
@@ -102,6 +104,7 @@ func newTxQueue(q link.Queue, caps link.Capabilities, mtu int, stats *shardCount
 		finWait:  finWait,
 		tails:    newTailProbes(windows),
 		syns:     synStamps{m: make(map[flowKey]synStamp)},
+		peers:    peerStamps{m: make(map[flowKey]peerStamp)},
 		windows:  windows,
 	}
 	t.acks = newACKFilter(ack, mtu, stats, clock, t.release)
@@ -121,6 +124,9 @@ func (q *txQueue) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 		return &tcpip.ErrClosedForSend{}
 	}
 	q.syns.restamp(&seg, q.clock, q.linkCaps&link.CapTXChecksum == 0)
+	if q.peers.again.Load() > 0 {
+		q.peers.echo(&seg, q.linkCaps&link.CapTXChecksum == 0)
+	}
 	copies, due, held := q.tails.observe(pkt, &seg, q.clock, q.loneDelay())
 	for _, c := range copies {
 		q.pending, q.segs = append(q.pending, c), append(q.segs, parseSegment(c))
