@@ -366,8 +366,8 @@ func (s *shard) sleep() bool {
 // deliver passes the n frames of a burst, in rx, to the stack or to the
 // shards that own them. Each frame's headers are parsed once, up front, and
 // every check reads them from there. backlog: the link queue holds more
-// than the poller keeps up with, and frames for no connection are shed
-// (shed.go).
+// than the poller keeps up with; from a backlog that looks like a flood,
+// bare segments for no connection are shed (shed.go).
 func (s *shard) deliver(n int, backlog bool) {
 	sharded := len(s.owner.shards) > 1
 	// One atomic add per burst, not per frame, for what every frame counts.

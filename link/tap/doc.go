@@ -25,6 +25,16 @@
 // The header is not part of the frames the engine sees. Config.DisableOffloads
 // turns all of this off.
 //
+// # SYN floods
+//
+// New attaches a filter program to the device (TUNSETFILTEREBPF), which the
+// kernel runs in the sender's context before a frame takes a place in a
+// queue's ring. Each queue implements link.SYNShedder: while the engine has
+// a queue shed, the program drops connection requests for it but one in
+// link.ShedSample (LinkStats counts them in RxShed), so that a flood does
+// not fill the ring the established connections' frames need. A device
+// that refuses the program works as before, without it.
+//
 // # Waiting
 //
 // The descriptors are non-blocking. ReadBurst and WriteBurst make one
