@@ -135,7 +135,7 @@ func TestShedUnderBacklog(t *testing.T) {
 				queued = append(queued, frames)
 			}
 			before := server.Stats().Total
-			delivered := protocolCounter(t, server, "IP.PacketsDelivered")
+			delivered := protocolCounter(t, server, "TCP.ValidSegmentsReceived")
 			fq.flood(queued)
 
 			backlogged := bursts - (polarnet.BacklogBursts - 1)
@@ -151,11 +151,11 @@ func TestShedUnderBacklog(t *testing.T) {
 			}
 			admitted := uint64(bursts*burst - shed)
 			assert.Eventually(t, func() bool {
-				return protocolCounter(t, server, "IP.PacketsDelivered")-delivered >= admitted
+				return protocolCounter(t, server, "TCP.ValidSegmentsReceived")-delivered >= admitted
 			}, 5*time.Second, time.Millisecond)
 			after := server.Stats().Total
 			assert.Equal(t, uint64(shed), after.RxShed-before.RxShed, "shed")
-			assert.Equal(t, admitted, protocolCounter(t, server, "IP.PacketsDelivered")-delivered, "delivered")
+			assert.Equal(t, admitted, protocolCounter(t, server, "TCP.ValidSegmentsReceived")-delivered, "delivered")
 			assert.Eventually(t, func() bool { return len(fq.calls()) == len(tc.shed) }, 5*time.Second, time.Millisecond)
 			assert.Equal(t, tc.shed, fq.calls(), "the link told to shed")
 			assert.NoError(t, xfer.Exchange(c, s, 64<<10), "the connection after the flood")
