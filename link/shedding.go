@@ -19,5 +19,6 @@ type SYNShedder interface {
 }
 
 // ShedSample is the share of connection requests a shedding queue lets
-// through: one in ShedSample.
+// through: one in ShedSample, a power of two (TAP's program masks a random
+// number with it).
 const ShedSample = 32
