@@ -250,12 +250,12 @@ func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack
 		q.syns.answered(h.flow(th), th, fixChecksum)
 		q.mu.Unlock()
 	}
-	echo := int(th.DataOffset()) > tsOnlyHeader
-	if !echo && q.tails.lone.n.Load() == 0 {
+	sack := mayCarrySACK(th)
+	if !sack && q.tails.lone.n.Load() == 0 {
 		return dsack, false
 	}
 	flow := h.flow(th)
-	if !echo && !q.tails.lone.mayBeLone(flow) {
+	if !sack && !q.tails.lone.mayBeLone(flow) {
 		return dsack, false
 	}
 	q.mu.Lock()
@@ -269,7 +269,7 @@ func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack
 	if needless {
 		q.stats.probesNeedless.Add(1)
 	}
-	sacked := echo && sacksAbove(th)
+	sacked := sack && sacksAbove(th)
 	if sacked {
 		t.sackAt, t.recoverTo = now, t.end
 	}

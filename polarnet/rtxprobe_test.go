@@ -1,6 +1,7 @@
 package polarnet
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -141,4 +142,32 @@ func TestSACKsAbove(t *testing.T) {
 	assert.False(t, sacksAbove(th(3000, append(tsOption(9, 1), sackOption([2]uint32{2000, 3000})...))), "a D-SACK")
 	assert.True(t, sacksAbove(th(3000, append(tsOption(9, 1), sackOption([2]uint32{2000, 3000}, [2]uint32{4000, 5000})...))), "a D-SACK and a hole")
 	assert.False(t, sacksAbove(th(3000, tsOption(9, 1))), "no SACK")
+}
+
+// A connection without timestamps enters recovery at an ACK with one SACK
+// block, whose header is as long as that of a timestamp alone.
+func TestRecoveryWithoutTimestamps(t *testing.T) {
+	c := newLoneConn(t)
+	c.q.clock.protocolFloor = 50 * time.Millisecond
+	c.data(1000, 0)
+	c.data(2000, 0)
+	c.data(3000, 0)
+	c.ack(1000, sackOption([2]uint32{2000, 3000}))
+	c.data(1000, 0) // the repair
+	c.data(4000, 0) // and new data the window allows
+	assert.Empty(t, c.after(lossyFloor/2))
+	assert.Equal(t, []uint32{4000}, c.after(lossyFloor/2), "the recovery's last segment")
+	c.ack(5000, nil)
+	assert.Zero(t, c.q.tails.lone.n.Load(), "out of recovery")
+}
+
+func TestMayCarrySACK(t *testing.T) {
+	th := func(opts []byte) header.TCP {
+		f := frame.TCPFrame(frame.TCPSpec{Src: netip.MustParseAddrPort("198.18.0.1:1"), Dst: netip.MustParseAddrPort("198.18.0.2:2"), Flags: frame.FlagACK, Options: opts})
+		return header.TCP(f[header.EthernetMinimumSize+header.IPv4MinimumSize:])
+	}
+	assert.False(t, mayCarrySACK(th(nil)), "no options")
+	assert.False(t, mayCarrySACK(th(tsOption(1, 2))), "a timestamp")
+	assert.True(t, mayCarrySACK(th(sackOption([2]uint32{2000, 3000}))), "one SACK block")
+	assert.True(t, mayCarrySACK(th(sackEchoing(2))), "a timestamp and a SACK block")
 }

@@ -25,6 +25,21 @@ import (
 // timestamp and two NOPs: anything longer may carry SACK blocks.
 const tsOnlyHeader = header.TCPMinimumSize + 2 + header.TCPOptionTSLength
 
+// mayCarrySACK reports whether th, a TCP header whose data offset is within
+// it, may carry SACK blocks: its options are longer than a timestamp's, or
+// as long but not laid out as gVisor and Linux lay out a timestamp (NOP,
+// NOP, timestamp): without timestamps, one SACK block takes that length.
+func mayCarrySACK(th header.TCP) bool {
+	switch n := int(th.DataOffset()); {
+	case n > tsOnlyHeader:
+		return true
+	case n < tsOnlyHeader:
+		return false
+	}
+	o := th[header.TCPMinimumSize:]
+	return o[0] != header.TCPOptionNOP || o[1] != header.TCPOptionNOP || o[2] != header.TCPOptionTS
+}
+
 // tsAt returns where in th, a TCP header whose data offset is within it,
 // the timestamp option's TSval is (its echo follows), or -1 for none.
 func tsAt(th header.TCP) int {
