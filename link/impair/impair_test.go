@@ -315,11 +315,14 @@ func TestRelayCompletesPartialChecksums(t *testing.T) {
 	f := dataFrame(1, 300)
 	p, _ := frame.Parse(f)
 	binary.BigEndian.PutUint16(f[p.L4+16:], frame.Fold(frame.PseudoHeaderSum(p, p.End-p.L4)))
-	// The pipe marks it ChecksumValid on a2; the relay must complete it.
-	send(t, a1.Queues()[0], [][]byte{f, dataFrame(2, 1000)}, 0, link.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 16})
+	// The pipe marks it ChecksumValid on a2; the relay must complete it. The
+	// oversize frame goes first, so that it has been counted once the other
+	// arrives; Close waits for the relay's counting of what it sent.
+	send(t, a1.Queues()[0], [][]byte{dataFrame(2, 1000), f}, 0, link.TxOffload{NeedsChecksum: true, ChecksumStart: uint16(p.L4), ChecksumOffset: 16})
 	got := collect(t, b2.Queues()[0], 1, 200*time.Millisecond)
 	require.Len(t, got, 1, "the 1000-byte frame exceeds MTU 576")
 	assert.True(t, frame.ChecksumOK(got[0].data, p))
+	require.NoError(t, r.Close())
 	assert.EqualValues(t, 1, r.Stats().AtoB.Oversize)
 	assert.EqualValues(t, 1, r.Stats().AtoB.Frames)
 }
