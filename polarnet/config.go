@@ -138,7 +138,11 @@ func (m PollMode) String() string {
 
 // TCPConfig tunes TCP. Zero values are the defaults given per field.
 type TCPConfig struct {
-	// CongestionControl is "cubic" or "reno". Zero: "cubic".
+	// CongestionControl is "cubic" or "reno" for every connection. Zero
+	// chooses per connection: CUBIC if its handshake's round trip took
+	// more than 5 ms, Reno otherwise, because gVisor's CUBIC cannot see
+	// round trips under 1 ms and regrows its window after a loss too slowly
+	// on them (congestion.go).
 	CongestionControl string
 
 	// SendBuffer and ReceiveBuffer are the per-connection buffer ranges
@@ -202,7 +206,6 @@ const (
 
 const (
 	defaultSpinBudget = 50 * time.Microsecond
-	defaultCongestion = "cubic"
 	defaultMinRTO     = 200 * time.Millisecond
 	defaultMinRecov   = 50 * time.Millisecond
 	defaultMaxConns   = 1 << 20
@@ -273,9 +276,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	t := &cfg.TCP
 	switch t.CongestionControl {
-	case "":
-		t.CongestionControl = defaultCongestion
-	case "cubic", "reno":
+	case "", ccCubic, ccReno:
 	default:
 		return cfg, fmt.Errorf("polarnet: unknown congestion control %q (cubic or reno)", t.CongestionControl)
 	}

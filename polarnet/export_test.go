@@ -1,5 +1,11 @@
 package polarnet
 
+import (
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+)
+
 // ReaderWokenLocally reports whether a socket's reader is marked as woken on
 // its waker's P and not yet run.
 func ReaderWokenLocally() bool { return readerWokenLocally.Load() != nil }
@@ -20,3 +26,26 @@ const (
 	RxBurstSize   = rxBurstSize
 	BacklogBursts = backlogBursts
 )
+
+// CongestionControl is the algorithm c's endpoint uses.
+func CongestionControl(c *TCPConn) string {
+	var cc tcpip.CongestionControlOption
+	if err := c.ep.GetSockOpt(&cc); err != nil {
+		return err.String()
+	}
+	return string(cc)
+}
+
+// CubicRTT is the handshake round trip above which a connection gets CUBIC
+// by default.
+const CubicRTT = cubicRTT
+
+// HandshakeRTT is c's smoothed round trip, before it has sent data the
+// handshake's.
+func HandshakeRTT(c *TCPConn) time.Duration {
+	var info tcpip.TCPInfoOption
+	if err := c.ep.GetSockOpt(&info); err != nil {
+		return -1
+	}
+	return info.RTT
+}

@@ -186,6 +186,9 @@ func netMask(p netip.Prefix) []byte {
 func applyTCPOptions(st *stack.Stack, t *TCPConfig) error {
 	sack := tcpip.TCPSACKEnabled(true)
 	cc := tcpip.CongestionControlOption(t.CongestionControl)
+	if cc == "" {
+		cc = ccByPath
+	}
 	recovery := tcpip.TCPRecovery(0)
 	if t.Recovery == RecoveryRACK {
 		recovery = tcpip.TCPRACKLossDetection | tcpip.TCPRACKStaticReoWnd

@@ -40,6 +40,9 @@ func newTCPConn(ep tcpip.Endpoint, wq *waiter.Queue, network string, sh *shard) 
 	}
 	// Go's net turns Nagle's algorithm off on every TCP conn.
 	ep.SocketOptions().SetDelayOption(false)
+	if sh.owner.cfg.TCP.CongestionControl == "" {
+		chooseCongestion(ep)
+	}
 	return c
 }
 
