@@ -31,13 +31,6 @@ func TestConformance(t *testing.T) {
 // passes).
 var knownFailures = map[string]string{}
 
-func init() {
-	const lossySender = "polarnet sending at 5% loss: with a few segments in flight, each lost tail costs a probe's floor (5ms on a lossy flow) where Linux waits about 2ms, so the exchange passes (p2k 1.6-2.0s, p2p 2.6-3.6s of which 1s is the handshake: the seeded loss drops its SYN-ACK or the ACK of it) but too close to its bound (10x the kernel's 0.2s, plus 2s)"
-	for _, d := range []Direction{StackClient, StackStack} {
-		knownFailures["impaired/loss-5%/"+string(d)] = lossySender
-	}
-}
-
 // knownShardedFailures are known failures with -queues > 1.
 var knownShardedFailures = map[string]string{
 	"listen-backlog-overflow/k2p": shardedBacklog,

@@ -91,8 +91,8 @@ func pathScenarios() []*Scenario {
 			},
 		})
 	}
-	// The same upload with RACK-TLP loss recovery instead of the default
-	// (see knownFailures): what the engine does with it.
+	// The same upload with RACK-TLP loss recovery set explicitly, as a
+	// program that chose it would.
 	out = append(out, &Scenario{
 		Name: "impaired/loss-1%/upload/recovery-rack",
 		Dirs: []Direction{StackClient, StackStack},
