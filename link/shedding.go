@@ -1,5 +1,7 @@
 package link
 
+import "net/netip"
+
 // SYNShedder is implemented by queues that can drop connection requests
 // (TCP segments with SYN and without ACK) before they take a place in the
 // queue's ring, where the kernel or the device pays for them instead of the
@@ -22,3 +24,26 @@ type SYNShedder interface {
 // through: one in ShedSample, a power of two (TAP's program masks a random
 // number with it).
 const ShedSample = 32
+
+// StrayShedder is implemented by queues that can drop, before their ring,
+// stray segments: bare TCP segments (an ACK without data, SYN, FIN or RST)
+// of flows the engine has not allowed. An ACK flood guessing at SYN
+// cookies is made of them, and the device cannot tell them from a
+// connection's ACKs, so the engine names its connections.
+type StrayShedder interface {
+	// ShedStrays turns shedding on or off for the queue. While it is on,
+	// the queue drops stray segments but for one in ShedSample, so that a
+	// connection the engine has not named yet (a handshake completed by a
+	// cookie) still gets some through; other frames pass as before. It
+	// returns ErrNotSupported when the queue cannot shed.
+	ShedStrays(on bool) error
+	// AllowFlows lets the bare segments of flows pass while any queue of
+	// the link sheds. A link holds a bounded number of flows and may
+	// forget the ones allowed longest ago.
+	AllowFlows(flows []Flow) error
+}
+
+// Flow names a TCP connection by its two ends.
+type Flow struct {
+	Local, Remote netip.AddrPort
+}

@@ -23,8 +23,9 @@ type QueueStats struct {
 	// RxRingFull counts received frames lost because the RX ring (or the
 	// kernel's queue towards the link) was full: the poller fell behind.
 	RxRingFull uint64
-	// RxShed counts connection requests the link dropped while the
-	// engine had it shed them (SYNShedder).
+	// RxShed counts connection requests and stray segments the link
+	// dropped while the engine had it shed them (SYNShedder,
+	// StrayShedder).
 	RxShed uint64
 	// RxNoBuffers counts received frames lost because no free buffer was
 	// available (an empty fill ring, an exhausted mempool).

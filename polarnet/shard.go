@@ -101,7 +101,12 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		maxRx:  cfg.MTU + header.EthernetMinimumSize,
 		done:   make(chan struct{}),
 	}
-	s.shed.link, _ = q.(link.SYNShedder)
+	if l, ok := q.(link.SYNShedder); ok {
+		s.shed.syns.turn = l.ShedSYNs
+	}
+	if l, ok := q.(link.StrayShedder); ok && st.allowed != nil {
+		s.shed.strays.turn = l.ShedStrays
+	}
 	if info.Caps&link.CapGSO != 0 {
 		// A link that segments for us may also hand us coalesced frames.
 		s.maxRx = info.RxFrameSize
@@ -115,7 +120,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		}
 	})
 	s.clock.protocolFloor = max(cfg.TCP.MinRecoveryTimer, 0)
-	s.shed.clock = s.clock
+	s.shed.syns.clock, s.shed.strays.clock = s.clock, s.clock
 	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock, st.sacks, st.windows, func(proto tcpip.NetworkProtocolNumber, flow flowKey) bool {
 		return finWait1(s.stack, proto, flow)
 	})
@@ -384,7 +389,7 @@ func (s *shard) deliver(n int, backlog bool) {
 	// Shed only from a backlog that looks like a flood: bare segments for
 	// the most part (shed.go).
 	suspect := backlog && s.floodLike(n)
-	admit, requests := 1, 0
+	admit, requests, strays := 1, 0, 0
 	shedRequests := s.shed.answering(s.clock.now()) && suspect
 	for i := range n {
 		f := &s.rx[i]
@@ -419,6 +424,8 @@ func (s *shard) deliver(n int, backlog bool) {
 			if request := connectionRequest(th); !request || shedRequests {
 				if request {
 					requests++
+				} else {
+					strays++
 				}
 				if admit == 0 {
 					s.stats.rxShed.Add(1)
@@ -457,9 +464,15 @@ func (s *shard) deliver(n int, backlog bool) {
 	if sharded {
 		s.wakePeers()
 	}
-	if 2*requests >= n {
+	switch {
+	case 2*requests >= n:
 		// Most of a backlog is connection requests: a SYN flood.
-		s.shed.flood(s.clock.now())
+		s.shed.syns.start(s.clock.now())
+	case 2*strays >= n && s.shed.strays.turn != nil && !s.shed.strays.on:
+		// Most of it is bare segments for no connection: an ACK flood.
+		if now := s.clock.now(); s.owner.allowed.engage(s.owner, now) {
+			s.shed.strays.start(now)
+		}
 	}
 }
 

@@ -2,6 +2,9 @@ package polarnet
 
 import (
 	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -29,7 +32,10 @@ import (
 // Linux. While such a backlog holds connection requests for the most part,
 // a link that can drop them before its ring (link.SYNShedder: TAP's filter
 // program) is told to, for a hold that doubles while the flood is still
-// there when it ends.
+// there when it ends. While it holds stray segments (bare, for no
+// connection) for the most part, a link that can drop those of flows it
+// has not been told of (link.StrayShedder) is told of the stack's
+// connections (allowedFlows), then to shed, the same way.
 
 const (
 	// backlogBursts full bursts in a row, 1,024 frames (a common ring
@@ -46,22 +52,29 @@ const (
 	cookieMemory = time.Second
 )
 
-// shedding is a shard's state of it, the poller's only (its timer runs on
+// shedding is a shard's state of it, the poller's only (its timers run on
 // the poller too).
 type shedding struct {
-	link  link.SYNShedder // nil: the queue cannot shed
-	clock *shardClock
-	end   tcpip.Timer   // turns link shedding off; nil until it first goes on
-	full  int           // full bursts in a row
-	on    bool          // the link sheds
-	off   int64         // when it last stopped
-	hold  time.Duration // how long it shed last
+	full   int // full bursts in a row
+	syns   linkShedding
+	strays linkShedding
 
 	// cookies counts the SYN cookies the shard's stack sent; seen is its
 	// value when last read, at seenAt (0: never moved).
 	cookies *tcpip.StatCounter
 	seen    uint64
 	seenAt  int64
+}
+
+// linkShedding is one kind of shedding in a queue's link, and the hold
+// the shard keeps it on for.
+type linkShedding struct {
+	turn  func(on bool) error // nil: the queue cannot
+	clock *shardClock
+	end   tcpip.Timer   // turns it off; nil until it first goes on
+	on    bool          // the link sheds
+	off   int64         // when it last stopped
+	hold  time.Duration // how long it shed last
 }
 
 // answering reports whether the shard's listeners answer connection
@@ -85,44 +98,112 @@ func (sh *shedding) backlog(n, max int) bool {
 	return sh.full >= backlogBursts
 }
 
-// flood turns link shedding on at now, a backlog having held connection
-// requests: for twice the last hold if the flood came back within it after
+// start turns the link's shedding on at now, a backlog having held what
+// it sheds: for twice the last hold if the flood came back within it after
 // the last look, for shedHoldMin otherwise.
-func (sh *shedding) flood(now int64) {
-	if sh.link == nil || sh.on {
+func (l *linkShedding) start(now int64) {
+	if l.turn == nil || l.on {
 		return
 	}
-	if sh.hold == 0 || time.Duration(now-sh.off) > sh.hold {
-		sh.hold = shedHoldMin
+	if l.hold == 0 || time.Duration(now-l.off) > l.hold {
+		l.hold = shedHoldMin
 	} else {
-		sh.hold = min(2*sh.hold, shedHoldMax)
+		l.hold = min(2*l.hold, shedHoldMax)
 	}
-	if !sh.set(true) {
+	if !l.set(true) {
 		return
 	}
-	sh.on = true
-	if sh.end == nil {
-		sh.end = sh.clock.afterFuncExact(sh.hold, sh.stop)
+	l.on = true
+	if l.end == nil {
+		l.end = l.clock.afterFuncExact(l.hold, l.stop)
 	} else {
-		sh.end.Reset(sh.hold)
+		l.end.Reset(l.hold)
 	}
 }
 
-// stop turns link shedding off once its hold has passed.
-func (sh *shedding) stop() {
-	if sh.link != nil {
-		sh.set(false)
+// stop turns the link's shedding off once its hold has passed.
+func (l *linkShedding) stop() {
+	if l.turn != nil {
+		l.set(false)
 	}
-	sh.on, sh.off = false, sh.clock.now()
+	l.on, l.off = false, l.clock.now()
 }
 
 // set switches the link's shedding, forgetting a link that cannot.
-func (sh *shedding) set(on bool) bool {
-	err := sh.link.ShedSYNs(on)
+func (l *linkShedding) set(on bool) bool {
+	err := l.turn(on)
 	if errors.Is(err, link.ErrNotSupported) {
-		sh.link = nil
+		l.turn = nil
 	}
 	return err == nil
+}
+
+// allowedFlows tells a link that sheds stray segments
+// (link.StrayShedder) the stack's connections: while any shard has the link
+// shed them, and for allowMemory after, each connection as it is made;
+// when a shard begins and that time had passed, the connections there are,
+// from a goroutine of its own (reading an endpoint's ends takes the
+// endpoint's lock, which a poller must not wait for). The link sheds only
+// once they are told.
+type allowedFlows struct {
+	link link.StrayShedder
+	mu   sync.Mutex
+	// until is when to stop telling the link of new connections (shard
+	// clock); told, whether it knows those there were at the start.
+	until atomic.Int64
+	told  bool
+	wg    sync.WaitGroup
+}
+
+// allowMemory is how long after a shard last began to shed strays new
+// connections are told to the link: longer than a shedding's hold.
+const allowMemory = 5 * shedHoldMax
+
+// engage notes at now that a shard is about to shed strays and reports
+// whether the link knows the stack's connections.
+func (a *allowedFlows) engage(st *Stack, now int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.until.Swap(now+int64(allowMemory)) < now {
+		a.told = false
+		a.wg.Go(func() {
+			err := a.link.AllowFlows(st.connections())
+			a.mu.Lock()
+			a.told = err == nil
+			a.mu.Unlock()
+		})
+	}
+	return a.told
+}
+
+// made tells the link of a connection made at now, if shedding strays
+// began within allowMemory.
+func (a *allowedFlows) made(now int64, local, remote netip.AddrPort) {
+	if a.until.Load() >= now {
+		a.link.AllowFlows([]link.Flow{{Local: local, Remote: remote}})
+	}
+}
+
+// connections returns the ends of the stack's TCP connections.
+func (s *Stack) connections() []link.Flow {
+	var flows []link.Flow
+	for _, sh := range s.shards {
+		for _, ep := range sh.stack.RegisteredEndpoints() {
+			e, ok := ep.(*tcp.Endpoint)
+			if !ok {
+				continue
+			}
+			id := e.Info().(*stack.TransportEndpointInfo).ID
+			if id.RemotePort == 0 {
+				continue // a listener
+			}
+			flows = append(flows, link.Flow{
+				Local:  addrPort(tcpip.FullAddress{Addr: id.LocalAddress, Port: id.LocalPort}),
+				Remote: addrPort(tcpip.FullAddress{Addr: id.RemoteAddress, Port: id.RemotePort}),
+			})
+		}
+	}
+	return flows
 }
 
 // floodLike reports whether most of the burst's n frames are bare TCP

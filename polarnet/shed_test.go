@@ -3,6 +3,7 @@ package polarnet_test
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,12 +20,14 @@ import (
 
 // floodQueue is a stack's queue that hands the poller the bursts queued on
 // it, one per ReadBurst, before what its pipe brings, and records what it
-// is told to shed (link.SYNShedder).
+// is told to shed and allow (link.SYNShedder, link.StrayShedder).
 type floodQueue struct {
 	link.Queue
-	mu     sync.Mutex
-	bursts [][][]byte
-	shed   []bool
+	mu      sync.Mutex
+	bursts  [][][]byte
+	shed    []bool
+	strays  []bool
+	allowed []link.Flow
 }
 
 func (q *floodQueue) ReadBurst(frames []link.RxFrame) (int, error) {
@@ -50,6 +53,60 @@ func (q *floodQueue) ShedSYNs(on bool) error {
 	return nil
 }
 
+func (q *floodQueue) ShedStrays(on bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.strays = append(q.strays, on)
+	return nil
+}
+
+func (q *floodQueue) AllowFlows(flows []link.Flow) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.allowed = append(q.allowed, flows...)
+	return nil
+}
+
+// told returns what the queue was told to shed strays and which flows
+// to allow.
+func (q *floodQueue) told() (strays []bool, allowed []link.Flow) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]bool(nil), q.strays...), append([]link.Flow(nil), q.allowed...)
+}
+
+// floodPair is a connection between two stacks over a pipe, c dialed
+// from client to server, whose queue is fq.
+type floodPair struct {
+	fq             *floodQueue
+	la, lb         *pipe.Link
+	client, server *polarnet.Stack
+	c, s           *polarnet.TCPConn
+}
+
+func newFloodPair(t *testing.T) *floodPair {
+	p := &floodPair{}
+	p.la, p.lb = pipe.New(pipe.Config{})
+	p.client = newStack(t, p.la, addrA, addrA6)
+	p.server = newStack(t, wrapQueues(p.lb, func(q link.Queue) link.Queue {
+		p.fq = &floodQueue{Queue: q}
+		return p.fq
+	}), addrB, addrB6)
+	p.c, p.s = connPair(t, p.client, p.server, addrB.Addr())
+	return p
+}
+
+// onThenOff reports whether a link was told to shed, then not, once or
+// more.
+func onThenOff(calls []bool) bool {
+	for i, on := range calls {
+		if on != (i%2 == 0) {
+			return false
+		}
+	}
+	return len(calls) > 0 && len(calls)%2 == 0
+}
+
 // flood queues bursts and wakes the poller.
 func (q *floodQueue) flood(bursts [][][]byte) {
 	q.mu.Lock()
@@ -72,31 +129,26 @@ func (q *floodQueue) calls() []bool {
 // connection moves data byte for byte afterwards. Segments with data are
 // not shed (nor looked up). SYNs are shed only once the listener answers
 // with SYN cookies (its queue of one is full), and a flood of them also
-// turns the link's shedding on, and off again once its hold has passed; a
-// flood of ACKs for no connection does not (the link sheds only SYNs).
+// turns the link's shedding of SYNs on, and off again once its hold has
+// passed (again if the flood outlasts the hold); a flood of ACKs for no
+// connection does not.
 func TestShedUnderBacklog(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		flags   uint8
-		payload int  // bytes in each segment
-		backlog int  // the listener's
-		cookies bool // the listener answers with SYN cookies before the flood
-		shed    []bool
+		name     string
+		flags    uint8
+		payload  int  // bytes in each segment
+		backlog  int  // the listener's
+		cookies  bool // the listener answers with SYN cookies before the flood
+		linkSYNs bool // the link is told to shed SYNs
 	}{
-		{"SYN", frame.FlagSYN, 0, 1, true, []bool{true, false}},
-		{"SYN before cookies", frame.FlagSYN, 0, 4096, false, nil},
-		{"ACK", frame.FlagACK, 0, 1, false, nil},
-		{"data", frame.FlagACK | frame.FlagPSH, 100, 1, false, nil},
+		{"SYN", frame.FlagSYN, 0, 1, true, true},
+		{"SYN before cookies", frame.FlagSYN, 0, 4096, false, false},
+		{"ACK", frame.FlagACK, 0, 1, false, false},
+		{"data", frame.FlagACK | frame.FlagPSH, 100, 1, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var fq *floodQueue
-			la, lb := pipe.New(pipe.Config{})
-			client := newStack(t, la, addrA, addrA6)
-			server := newStack(t, wrapQueues(lb, func(q link.Queue) link.Queue {
-				fq = &floodQueue{Queue: q}
-				return fq
-			}), addrB, addrB6)
-			c, s := connPair(t, client, server, addrB.Addr())
+			p := newFloodPair(t)
+			fq, la, lb, server, c, s := p.fq, p.la, p.lb, p.server, p.c, p.s
 			ln, err := server.ListenTCP("tcp", netip.AddrPortFrom(addrB.Addr(), 0), tc.backlog, net.KeepAliveConfig{})
 			require.NoError(t, err)
 			t.Cleanup(func() { ln.Close() })
@@ -156,9 +208,61 @@ func TestShedUnderBacklog(t *testing.T) {
 			after := server.Stats().Total
 			assert.Equal(t, uint64(shed), after.RxShed-before.RxShed, "shed")
 			assert.Equal(t, admitted, protocolCounter(t, server, "TCP.ValidSegmentsReceived")-delivered, "delivered")
-			assert.Eventually(t, func() bool { return len(fq.calls()) == len(tc.shed) }, 5*time.Second, time.Millisecond)
-			assert.Equal(t, tc.shed, fq.calls(), "the link told to shed")
+			if tc.linkSYNs {
+				assert.Eventually(t, func() bool { return onThenOff(fq.calls()) }, 5*time.Second, time.Millisecond, "the link told to shed SYNs, then not")
+			} else {
+				assert.Empty(t, fq.calls(), "the link told to shed SYNs")
+			}
 			assert.NoError(t, xfer.Exchange(c, s, 64<<10), "the connection after the flood")
 		})
 	}
+}
+
+// TestShedStraysTellsConnections floods a stack with full bursts of ACKs
+// for no connection: the stack tells its link the connection it has, and
+// has it shed stray segments, then not once the hold has passed; a
+// connection made afterwards is told as it is made.
+func TestShedStraysTellsConnections(t *testing.T) {
+	p := newFloodPair(t)
+	fq, la, lb, client, server, c, s := p.fq, p.la, p.lb, p.client, p.server, p.c, p.s
+	flow := func(c *polarnet.TCPConn) link.Flow {
+		return link.Flow{Local: c.LocalAddr().(*net.TCPAddr).AddrPort(), Remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
+	}
+	told := func(f link.Flow) func() bool {
+		return func() bool {
+			_, allowed := fq.told()
+			return slices.Contains(allowed, f)
+		}
+	}
+	// A source on the subnet that does not answer, to a port without a
+	// listener: the server's resets wait for its link address.
+	spoofed := netip.MustParseAddr("198.18.0.100")
+	dst := netip.AddrPortFrom(addrB.Addr(), 9)
+	var bursts [][][]byte
+	for b := range 3 * polarnet.BacklogBursts {
+		var frames [][]byte
+		for i := range polarnet.RxBurstSize {
+			frames = append(frames, frame.TCPFrame(frame.TCPSpec{
+				SrcMAC: la.Info().MAC, DstMAC: lb.Info().MAC,
+				Src: netip.AddrPortFrom(spoofed, uint16(1024+b*polarnet.RxBurstSize+i)), Dst: dst,
+				Seq: 1, Ack: 7, Flags: frame.FlagACK, Window: 65535,
+			}))
+		}
+		bursts = append(bursts, frames)
+	}
+
+	fq.flood(bursts)
+	require.Eventually(t, told(flow(s)), 5*time.Second, time.Millisecond, "the connection there was")
+	// The link sheds once it knows the connections: from the next
+	// backlog, if the first had passed meanwhile.
+	fq.flood(bursts)
+	assert.Eventually(t, func() bool {
+		strays, _ := fq.told()
+		return onThenOff(strays)
+	}, 5*time.Second, time.Millisecond, "shed, then not")
+
+	c2, s2 := connPair(t, client, server, addrB.Addr())
+	assert.Eventually(t, told(flow(s2)), 5*time.Second, time.Millisecond, "a connection made afterwards")
+	assert.NoError(t, xfer.Exchange(c, s, 64<<10), "the connection after the flood")
+	assert.NoError(t, xfer.Exchange(c2, s2, 64<<10), "the one made afterwards")
 }

@@ -9,14 +9,14 @@ import (
 	"github.com/polarnet/polarnet/link"
 )
 
-// shedSwitch is a link.SYNShedder that records what it is told and fails
-// with err.
+// shedSwitch is a link's shedding switch that records what it is told
+// and fails with err.
 type shedSwitch struct {
 	calls []bool
 	err   error
 }
 
-func (s *shedSwitch) ShedSYNs(on bool) error {
+func (s *shedSwitch) turn(on bool) error {
 	s.calls = append(s.calls, on)
 	return s.err
 }
@@ -27,7 +27,7 @@ func (s *shedSwitch) ShedSYNs(on bool) error {
 // starts over. A link that cannot shed is not asked again.
 func TestShedHold(t *testing.T) {
 	sw := &shedSwitch{}
-	sh := shedding{link: sw, clock: newShardClock(func() {})}
+	sh := linkShedding{turn: sw.turn, clock: newShardClock(func() {})}
 	now := sh.clock.read()
 	at := func(d time.Duration) int64 {
 		sh.clock.freeze(now + int64(d))
@@ -38,8 +38,8 @@ func TestShedHold(t *testing.T) {
 	var elapsed time.Duration
 	var holds []time.Duration
 	for range 8 { // the flood still there each time shedding ends
-		sh.flood(at(elapsed))
-		sh.flood(at(elapsed)) // already on: nothing
+		sh.start(at(elapsed))
+		sh.start(at(elapsed)) // already on: nothing
 		holds = append(holds, sh.hold)
 		elapsed += sh.hold + time.Millisecond
 		at(elapsed)
@@ -50,14 +50,14 @@ func TestShedHold(t *testing.T) {
 	assert.Equal(t, []bool{true, false, true, false, true, false, true, false, true, false, true, false, true, false, true, false}, sw.calls)
 
 	elapsed += shedHoldMax + time.Millisecond // a new flood, long after
-	sh.flood(at(elapsed))
+	sh.start(at(elapsed))
 	assert.Equal(t, shedHoldMin, sh.hold)
 	assert.True(t, sh.on)
 
 	refused := &shedSwitch{err: link.ErrNotSupported}
-	sh = shedding{link: refused, clock: newShardClock(func() {})}
-	sh.flood(now)
-	sh.flood(now)
+	sh = linkShedding{turn: refused.turn, clock: newShardClock(func() {})}
+	sh.start(now)
+	sh.start(now)
 	assert.Equal(t, []bool{true}, refused.calls)
 	assert.False(t, sh.on)
 }

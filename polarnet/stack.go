@@ -34,6 +34,9 @@ type Stack struct {
 	// windows follows the flows whose peer closed its window, likewise
 	// (closedwnd.go).
 	windows *closedWindows
+	// allowed tells the link the connections while it sheds stray
+	// segments; nil when it cannot (shed.go).
+	allowed *allowedFlows
 
 	mu        sync.Mutex
 	closed    bool
@@ -58,6 +61,11 @@ func New(cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
 	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs), sacks: newFinSACK(), windows: newClosedWindows()}
+	if qs := cfg.Link.Queues(); len(qs) > 0 {
+		if l, ok := qs[0].(link.StrayShedder); ok {
+			s.allowed = &allowedFlows{link: l}
+		}
+	}
 	s.steerer, _ = cfg.Link.(link.Steerer)
 	for i, q := range queues {
 		sh, err := newShard(s, i, q)
@@ -125,6 +133,9 @@ func (s *Stack) Close() error {
 		}
 		for _, sh := range s.shards {
 			sh.stop()
+		}
+		if s.allowed != nil {
+			s.allowed.wg.Wait()
 		}
 		for _, sh := range s.shards {
 			sh.drainHandoffs()

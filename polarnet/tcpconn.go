@@ -38,6 +38,9 @@ func newTCPConn(ep tcpip.Endpoint, wq *waiter.Queue, network string, sh *shard) 
 	if a, err := ep.GetRemoteAddress(); err == nil {
 		c.raddr = tcpAddr(a)
 	}
+	if a := sh.owner.allowed; a != nil && c.laddr != nil && c.raddr != nil {
+		a.made(sh.clock.now(), c.laddr.(*net.TCPAddr).AddrPort(), c.raddr.(*net.TCPAddr).AddrPort())
+	}
 	// Go's net turns Nagle's algorithm off on every TCP conn.
 	ep.SocketOptions().SetDelayOption(false)
 	if sh.owner.cfg.TCP.CongestionControl == "" {

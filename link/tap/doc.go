@@ -25,15 +25,18 @@
 // The header is not part of the frames the engine sees. Config.DisableOffloads
 // turns all of this off.
 //
-// # SYN floods
+// # Floods
 //
 // New attaches a filter program to the device (TUNSETFILTEREBPF), which the
 // kernel runs in the sender's context before a frame takes a place in a
-// queue's ring. Each queue implements link.SYNShedder: while the engine has
-// a queue shed, the program drops connection requests for it but one in
-// link.ShedSample (LinkStats counts them in RxShed), so that a flood does
-// not fill the ring the established connections' frames need. A device
-// that refuses the program works as before, without it.
+// queue's ring. Each queue implements link.SYNShedder and
+// link.StrayShedder: while the engine has a queue shed connection requests,
+// or bare segments (ACKs guessing at SYN cookies) of flows it has not
+// allowed, the program drops them for it but one in link.ShedSample
+// (LinkStats counts them in RxShed), so that a flood does not fill the ring
+// the established connections' frames need. The allowed flows are in an
+// LRU map of 65,536 the link shares among its queues. A device that
+// refuses the program works as before, without it.
 //
 // # Waiting
 //

@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -16,16 +17,48 @@ import (
 // queue's ring: a frame the program drops costs the poller nothing.
 const tunSetFilterEBPF = 0x800454e1
 
+// What a queue sheds: bits of its switch.
+const (
+	shedSYNs   = 1 << iota // connection requests (link.SYNShedder)
+	shedStrays             // bare segments of flows not allowed (link.StrayShedder)
+)
+
+// allowCapacity is how many flows the allowed map holds; beyond it the
+// kernel forgets the least recently used.
+const allowCapacity = 1 << 16
+
+// flowKey is a flow's key in the allowed map, as the program builds it
+// from a frame the device receives: the remote address (IPv4 in the first
+// four bytes, the rest zero), the remote port and the local port, in
+// network byte order.
+type flowKey [20]byte
+
+func keyOf(f link.Flow) flowKey {
+	var k flowKey
+	a := f.Remote.Addr().Unmap()
+	if a.Is4() {
+		b := a.As4()
+		copy(k[:], b[:])
+	} else {
+		b := a.As16()
+		copy(k[:], b[:])
+	}
+	k[16], k[17] = byte(f.Remote.Port()>>8), byte(f.Remote.Port())
+	k[18], k[19] = byte(f.Local.Port()>>8), byte(f.Local.Port())
+	return k
+}
+
 // shedder holds the state of the device's filter program: an array of
-// 2×queues counters, queue q's shedding switch at q (0: off) and the
-// connection requests it dropped at queues+q.
+// 2×queues counters, queue q's switch at q (shedSYNs and shedStrays bits)
+// and the frames it dropped at queues+q; and the allowed flows.
 type shedder struct {
-	state  *ebpf.Map
-	queues int
+	state   *ebpf.Map
+	allowed *ebpf.Map
+	queues  int
 }
 
 // attachShedding loads the filter program that sheds connection requests
-// (link.SYNShedder) and installs it on the device behind fd, every switch
+// and stray segments and installs it on the device behind fd, every switch
 // off. The device keeps its own reference to the program.
 func attachShedding(fd int, name string, queues int) (*shedder, error) {
 	state, err := ebpf.NewMap(&ebpf.MapSpec{
@@ -38,40 +71,70 @@ func attachShedding(fd int, name string, queues int) (*shedder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tap: creating the shedding map: %w", err)
 	}
-	prog, err := shedProgram(state, queues)
+	allowed, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "polarnet_allow",
+		Type:       ebpf.LRUHash,
+		KeySize:    uint32(len(flowKey{})),
+		ValueSize:  1,
+		MaxEntries: allowCapacity,
+	})
 	if err != nil {
 		state.Close()
+		return nil, fmt.Errorf("tap: creating the allowed flows map: %w", err)
+	}
+	s := &shedder{state: state, allowed: allowed, queues: queues}
+	prog, err := shedProgram(s)
+	if err != nil {
+		s.close()
 		return nil, err
 	}
 	defer prog.Close()
 	if err := unix.IoctlSetPointerInt(fd, tunSetFilterEBPF, prog.FD()); err != nil {
-		state.Close()
+		s.close()
 		return nil, fmt.Errorf("tap: attaching the shedding program to %s: %w", name, err)
 	}
-	return &shedder{state: state, queues: queues}, nil
+	return s, nil
 }
 
-// shedProgram builds the filter: a TCP segment with SYN and without ACK
-// that arrives for a queue whose switch is on is dropped and counted, but
-// for one in link.ShedSample chosen at random; everything else passes
-// whole (the program returns the frame's length). The queue is the one the
-// steering program chose (skb->queue_mapping).
-func shedProgram(state *ebpf.Map, queues int) (*ebpf.Program, error) {
+// shedProgram builds the filter. For a queue whose switch has shedSYNs, a
+// TCP segment with SYN and without ACK is dropped and counted; for one
+// with shedStrays, so is an ACK without data, SYN, FIN or RST whose flow is
+// not in the allowed map; each but for one in link.ShedSample chosen at
+// random. Everything else passes whole (the program returns the frame's
+// length). The queue is the one the steering program chose
+// (skb->queue_mapping).
+func shedProgram(s *shedder) (*ebpf.Program, error) {
 	const (
-		skbLen       = 0  // offsetof(struct __sk_buff, len)
-		skbQueue     = 12 // offsetof(struct __sk_buff, queue_mapping)
-		flagsSYNACK  = 0x12
-		flagSYN      = 0x02
-		keyOnStack   = -4
-		tcpFlagsByte = 13
+		skbLen        = 0  // offsetof(struct __sk_buff, len)
+		skbQueue      = 12 // offsetof(struct __sk_buff, queue_mapping)
+		flagsSYNACK   = 0x12
+		flagSYN       = 0x02
+		flagACK       = 0x10
+		flagsFINSYNRS = 0x07 // FIN, SYN, RST
+		keyOnStack    = -4
+		flowOnStack   = -32 // a flowKey, in three zeroed double words
+		tcpOffByte    = 12
+		tcpFlagsByte  = 13
 	)
 	// lookup leaves in R0 a pointer to the counter at the key in R7, or 0.
 	lookup := asm.Instructions{
 		asm.StoreMem(asm.RFP, keyOnStack, asm.R7, asm.Word),
-		asm.LoadMapPtr(asm.R1, state.FD()),
+		asm.LoadMapPtr(asm.R1, s.state.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, keyOnStack),
 		asm.FnMapLookupElem.Call(),
+	}
+	// loadBytes copies n bytes of the frame from offset off (R2) to the
+	// stack at to, or jumps to keep.
+	loadBytes := func(to int16, n int32) asm.Instructions {
+		return asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, int32(to)),
+			asm.Mov.Imm(asm.R4, n),
+			asm.FnSkbLoadBytes.Call(),
+			asm.JNE.Imm(asm.R0, 0, "keep"),
+		}
 	}
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1), // the context, which packet loads read through
@@ -80,22 +143,74 @@ func shedProgram(state *ebpf.Map, queues int) (*ebpf.Program, error) {
 	insns = append(insns, lookup...)
 	insns = append(insns,
 		asm.JEq.Imm(asm.R0, 0, "keep"),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.JEq.Imm(asm.R1, 0, "keep"),
+		asm.LoadMem(asm.R9, asm.R0, 0, asm.DWord), // the switch
+		asm.JEq.Imm(asm.R9, 0, "keep"),
 	)
 	// Packet loads return 0 from the program when the frame is too short:
 	// such a frame is dropped, as the poller would drop it.
 	insns = append(insns, tcpHeaderAt(asm.R8, "keep", "tcp")...)
 	insns = append(insns,
 		asm.LoadInd(asm.R0, asm.R8, eth+tcpFlagsByte, asm.Byte).WithSymbol("tcp"),
-		asm.And.Imm(asm.R0, flagsSYNACK),
-		asm.JNE.Imm(asm.R0, flagSYN, "keep"),
-		asm.FnGetPrandomU32.Call(),
+		asm.Mov.Reg(asm.R1, asm.R0),
+		asm.And.Imm(asm.R1, flagsSYNACK),
+		asm.JEq.Imm(asm.R1, flagSYN, "request"),
+		asm.Mov.Reg(asm.R1, asm.R0),
+		asm.And.Imm(asm.R1, flagsFINSYNRS),
+		asm.JNE.Imm(asm.R1, 0, "keep"),
+		asm.And.Imm(asm.R0, flagACK),
+		asm.JEq.Imm(asm.R0, 0, "keep"),
+		asm.And.Imm(asm.R9, shedStrays),
+		asm.JEq.Imm(asm.R9, 0, "keep"),
+
+		// Without data the IP length is the IP and TCP headers'.
+		asm.LoadInd(asm.R0, asm.R8, eth+tcpOffByte, asm.Byte),
+		asm.RSh.Imm(asm.R0, 4),
+		asm.LSh.Imm(asm.R0, 2),
+		asm.Mov.Reg(asm.R9, asm.R0),
+		asm.Add.Reg(asm.R9, asm.R8),
+		asm.LoadAbs(12, asm.Half),
+		asm.JEq.Imm(asm.R0, ipv6, "length6"),
+		asm.LoadAbs(eth+2, asm.Half), // IPv4 total length
+		asm.Ja.Label("length"),
+		asm.LoadAbs(eth+4, asm.Half).WithSymbol("length6"), // IPv6 payload length
+		asm.Add.Imm(asm.R0, 40),
+		asm.JNE.Reg(asm.R0, asm.R9, "keep").WithSymbol("length"),
+
+		// The flow's key, then whether it is allowed.
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(asm.RFP, flowOnStack, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, flowOnStack+8, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, flowOnStack+16, asm.R1, asm.DWord),
+		asm.LoadAbs(12, asm.Half),
+		asm.JEq.Imm(asm.R0, ipv6, "source6"),
+		asm.Mov.Imm(asm.R2, eth+12), // IPv4 source address
+	)
+	insns = append(insns, loadBytes(flowOnStack, 4)...)
+	insns = append(insns, asm.Ja.Label("ports"),
+		asm.Mov.Imm(asm.R2, eth+8).WithSymbol("source6"))
+	insns = append(insns, loadBytes(flowOnStack, 16)...)
+	insns = append(insns,
+		asm.Mov.Reg(asm.R2, asm.R8).WithSymbol("ports"),
+		asm.Add.Imm(asm.R2, eth),
+	)
+	insns = append(insns, loadBytes(flowOnStack+16, 4)...)
+	insns = append(insns,
+		asm.LoadMapPtr(asm.R1, s.allowed.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, flowOnStack),
+		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, "keep"),
+		asm.Ja.Label("sample"),
+
+		asm.And.Imm(asm.R9, shedSYNs).WithSymbol("request"),
+		asm.JEq.Imm(asm.R9, 0, "keep"),
+
+		asm.FnGetPrandomU32.Call().WithSymbol("sample"),
 		asm.And.Imm(asm.R0, link.ShedSample-1),
 		asm.JEq.Imm(asm.R0, 0, "keep"),
 
 		// Count the drop at queues+queue.
-		asm.Add.Imm(asm.R7, int32(queues)),
+		asm.Add.Imm(asm.R7, int32(s.queues)),
 	)
 	insns = append(insns, lookup...)
 	insns = append(insns,
@@ -111,17 +226,43 @@ func shedProgram(state *ebpf.Map, queues int) (*ebpf.Program, error) {
 	return loadSocketFilter("polarnet_shed", "shedding", insns)
 }
 
-// set turns queue q's switch on or off.
-func (s *shedder) set(q int, on bool) error {
+// set turns what queue q sheds on or off. Only q's poller and Close write
+// its switch.
+func (s *shedder) set(q int, what uint64, on bool) error {
 	var v uint64
+	if err := s.state.Lookup(uint32(q), &v); err != nil {
+		return err
+	}
 	if on {
-		v = 1
+		v |= what
+	} else {
+		v &^= what
 	}
 	return s.state.Update(uint32(q), v, ebpf.UpdateExist)
 }
 
-// dropped returns how many connection requests the program dropped for
-// queue q.
+// allow adds flows to the allowed map.
+func (s *shedder) allow(flows []link.Flow) error {
+	if len(flows) == 0 {
+		return nil
+	}
+	keys := make([]flowKey, len(flows))
+	for i, f := range flows {
+		keys[i] = keyOf(f)
+	}
+	_, err := s.allowed.BatchUpdate(keys, make([]uint8, len(keys)), nil)
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for _, k := range keys {
+		if err := s.allowed.Update(k, uint8(0), ebpf.UpdateAny); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropped returns how many frames the program dropped for queue q.
 func (s *shedder) dropped(q int) uint64 {
 	var v uint64
 	if err := s.state.Lookup(uint32(s.queues+q), &v); err != nil {
@@ -130,14 +271,47 @@ func (s *shedder) dropped(q int) uint64 {
 	return v
 }
 
+// close turns every switch off and lets go of the maps. A persistent
+// device keeps the program, which reads the maps through its own
+// references.
+func (s *shedder) close() {
+	for q := range s.queues {
+		s.state.Update(uint32(q), uint64(0), ebpf.UpdateExist)
+	}
+	s.state.Close()
+	s.allowed.Close()
+}
+
 // ShedSYNs implements link.SYNShedder.
-func (q *queue) ShedSYNs(on bool) error {
-	s := q.link.shed
-	if s == nil {
-		return link.ErrNotSupported
+func (q *queue) ShedSYNs(on bool) error { return q.shed(shedSYNs, on) }
+
+// ShedStrays implements link.StrayShedder.
+func (q *queue) ShedStrays(on bool) error { return q.shed(shedStrays, on) }
+
+// AllowFlows implements link.StrayShedder.
+func (q *queue) AllowFlows(flows []link.Flow) error {
+	s, err := q.shedder()
+	if err != nil {
+		return err
 	}
-	if q.link.closed.Load() {
-		return link.ErrClosed
+	return s.allow(flows)
+}
+
+func (q *queue) shed(what uint64, on bool) error {
+	s, err := q.shedder()
+	if err != nil {
+		return err
 	}
-	return s.set(q.index, on)
+	return s.set(q.index, what, on)
+}
+
+// shedder returns the link's shedder, or why the queue cannot shed.
+func (q *queue) shedder() (*shedder, error) {
+	switch {
+	case q.link.shed == nil:
+		return nil, link.ErrNotSupported
+	case q.link.closed.Load():
+		return nil, link.ErrClosed
+	}
+	return q.link.shed, nil
 }

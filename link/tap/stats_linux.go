@@ -26,7 +26,8 @@ var _ link.Statser = (*Link)(nil)
 //   - RxRingFull: frames the kernel dropped on their way to the link
 //     (tx_dropped, less RxShed), almost always because a queue's ring,
 //     txqueuelen frames long, was full: the poller fell behind;
-//   - RxShed: connection requests the shedding program dropped (the
+//   - RxShed: connection requests and stray segments the shedding program
+//     dropped (the
 //     kernel counts them in tx_dropped too);
 //   - TxFrames, TxBytes: frames the link wrote (rx_packets, rx_bytes);
 //   - TxDropped: frames the link wrote that the kernel dropped

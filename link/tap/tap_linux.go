@@ -170,12 +170,7 @@ func (l *Link) Close() error {
 		}
 	}
 	if l.shed != nil {
-		// A persistent device keeps the program, which reads the map
-		// through its own reference: every switch is left off.
-		for q := range l.shed.queues {
-			l.shed.set(q, false)
-		}
-		l.shed.state.Close()
+		l.shed.close()
 	}
 	return errors.Join(errs...)
 }

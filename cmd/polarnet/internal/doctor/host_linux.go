@@ -107,12 +107,12 @@ func probeTAP() TAPProbe {
 			if p.Queues > 1 {
 				p.Detail += ", steering eBPF attached"
 			}
-			// The filter that sheds SYN floods is optional: a device
-			// that refuses it still carries traffic.
+			// The filter that sheds floods is optional: a device that
+			// refuses it still carries traffic.
 			if sh, ok := l.Queues()[0].(pnlink.SYNShedder); ok && sh.ShedSYNs(false) == nil {
-				p.Detail += ", SYN-flood filter attached"
+				p.Detail += ", flood filter attached"
 			} else {
-				p.Detail += ", no SYN-flood filter (floods are shed in the engine only)"
+				p.Detail += ", no flood filter (floods are shed in the engine only)"
 			}
 			return l.Close()
 		}
