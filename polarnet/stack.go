@@ -61,10 +61,8 @@ func New(cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("polarnet: link %q has no queues", cfg.Link.Info().Name)
 	}
 	s := &Stack{cfg: cfg, listeners: make(map[*TCPListener]struct{}), ownOrBroadcast: ownOrBroadcast(cfg.Addrs), sacks: newFinSACK(), windows: newClosedWindows()}
-	if qs := cfg.Link.Queues(); len(qs) > 0 {
-		if l, ok := qs[0].(link.StrayShedder); ok {
-			s.allowed = &allowedFlows{link: l}
-		}
+	if l, ok := queues[0].(link.StrayShedder); ok {
+		s.allowed = &allowedFlows{link: l}
 	}
 	s.steerer, _ = cfg.Link.(link.Steerer)
 	for i, q := range queues {
