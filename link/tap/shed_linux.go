@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -35,16 +36,9 @@ type flowKey [20]byte
 
 func keyOf(f link.Flow) flowKey {
 	var k flowKey
-	a := f.Remote.Addr().Unmap()
-	if a.Is4() {
-		b := a.As4()
-		copy(k[:], b[:])
-	} else {
-		b := a.As16()
-		copy(k[:], b[:])
-	}
-	k[16], k[17] = byte(f.Remote.Port()>>8), byte(f.Remote.Port())
-	k[18], k[19] = byte(f.Local.Port()>>8), byte(f.Local.Port())
+	copy(k[:16], f.Remote.Addr().Unmap().AsSlice())
+	binary.BigEndian.PutUint16(k[16:], f.Remote.Port())
+	binary.BigEndian.PutUint16(k[18:], f.Local.Port())
 	return k
 }
 
