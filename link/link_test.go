@@ -35,8 +35,22 @@ func TestErrClosedIsNetErrClosed(t *testing.T) {
 
 func TestPortSteering(t *testing.T) {
 	assert.Equal(t, 0, link.PortSteering(1000, 2000, 1), "one queue")
-	assert.Equal(t, int(uint16(1000^2000))%4, link.PortSteering(1000, 2000, 4))
 	assert.Equal(t, link.PortSteering(2000, 1000, 4), link.PortSteering(1000, 2000, 4), "symmetric")
+	// Kernel clients of one server port: Linux's connect() takes ephemeral
+	// ports of one parity (even, from 32768 up by default), and their flows
+	// must still reach every queue, an even number of queues included.
+	const clients = 1000
+	for _, server := range []uint16{5186, 5187, 443} {
+		for _, queues := range []int{2, 3, 4, 8} {
+			per := make([]int, queues)
+			for i := range clients {
+				per[link.PortSteering(server, uint16(32768+2*i), queues)]++
+			}
+			for q, n := range per {
+				assert.Greater(t, n, clients/queues/2, "server port %d, %d queues: queue %d's share", server, queues, q)
+			}
+		}
+	}
 }
 
 func TestTxFrameLen(t *testing.T) {

@@ -19,12 +19,21 @@ type Steerer interface {
 }
 
 // PortSteering is the rule of polarnet's own steering programs and of its
-// software steering: a flow belongs to queue (localPort XOR remotePort) mod
-// queues. For a listener's flows it spreads by the peer's port; for a dial,
-// any wanted queue is reached by choosing the local port.
+// software steering: a flow belongs to queue h mod queues, h the middle 16
+// bits of (localPort XOR remotePort) times PortSteeringMultiplier (a
+// multiplicative hash, the same for both directions). For a listener's
+// flows it spreads by the peer's port; for a dial, any wanted queue is
+// reached by choosing the local port. The XOR alone is not enough: Linux's
+// connect() takes ephemeral ports of one parity, so every kernel client of
+// one server port would XOR to the same parity and an even queue count
+// would leave half the queues without a flow.
 func PortSteering(localPort, remotePort uint16, queues int) int {
 	if queues <= 1 {
 		return 0
 	}
-	return int(localPort^remotePort) % queues
+	return int(uint32(localPort^remotePort)*PortSteeringMultiplier>>16) % queues
 }
+
+// PortSteeringMultiplier is PortSteering's multiplier (2^32 over the golden
+// ratio), exported for the steering programs that compute the same rule.
+const PortSteeringMultiplier = 0x9E3779B1

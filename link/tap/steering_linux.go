@@ -24,6 +24,7 @@ func steeringProgram(queues int) (*ebpf.Program, error) {
 	// Legacy packet loads (LD_ABS/LD_IND) read the frame through R6 and
 	// return 0 when the frame is too short, which we then steer to 0.
 	insns := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1)}
+	multiplier := uint32(link.PortSteeringMultiplier) // as the immediate's bits
 	// Fragments are reassembled on shard 0; extension headers mean
 	// software steering.
 	insns = append(insns, tcpHeaderAt(asm.R7, "queue0", "ports")...)
@@ -32,6 +33,9 @@ func steeringProgram(queues int) (*ebpf.Program, error) {
 		asm.Mov.Reg(asm.R8, asm.R0),
 		asm.LoadInd(asm.R0, asm.R7, eth+2, asm.Half), // destination port
 		asm.Xor.Reg(asm.R0, asm.R8),
+		// 32-bit ALU: the product wraps as PortSteering's uint32 does.
+		asm.Mul.Imm32(asm.R0, int32(multiplier)),
+		asm.RSh.Imm32(asm.R0, 16),
 		asm.Mod.Imm(asm.R0, int32(queues)),
 		asm.Return(),
 
