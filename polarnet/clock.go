@@ -132,7 +132,8 @@ func (c *shardClock) afterFuncExact(d time.Duration, f func()) tcpip.Timer {
 	return t
 }
 
-// runDue calls the timers due at now; the poller calls it every iteration.
+// runDue calls the timers due at now; the poller calls it, or runOwn, every
+// iteration.
 func (c *shardClock) runDue(now int64) { c.run(now, true) }
 
 // runOwn calls polarnet's timers due at now and leaves gVisor's due ones

@@ -33,24 +33,21 @@ const (
 // shard is one queue pair of the link with its own gVisor stack and poller.
 // Shards share nothing on the packet path.
 type shard struct {
-	id    int
-	owner *Stack
-	stack *stack.Stack
-	clock *shardClock
-	// timersHeldSince: when holdTimers began holding gVisor's timers (0:
-	// it is not). The poller's alone.
-	timersHeldSince int64
-	queue           link.Queue
-	ep              *nicEndpoint
-	tx              *txQueue
-	stats           shardCounters
-	maxRx           int
-	rxSize          int
-	mode            PollMode
-	spin            time.Duration
-	cpu             int // pinned to this CPU; -1: not pinned
-	rx              []link.RxFrame
-	rxViews         []*buffer.View
+	id      int
+	owner   *Stack
+	stack   *stack.Stack
+	clock   *shardClock
+	queue   link.Queue
+	ep      *nicEndpoint
+	tx      *txQueue
+	stats   shardCounters
+	maxRx   int
+	rxSize  int
+	mode    PollMode
+	spin    time.Duration
+	cpu     int // pinned to this CPU; -1: not pinned
+	rx      []link.RxFrame
+	rxViews []*buffer.View
 	// rxHdrs are the headers of the frames in rx, parsed once a burst by
 	// deliver (rxheaders.go).
 	rxHdrs []rxHeaders
@@ -68,6 +65,9 @@ type shard struct {
 	// conns counts open connections, for choosing the least loaded shard.
 	conns atomic.Int64
 	shed  shedding // shed.go
+	// timersHeldSince is when holdTimers began holding gVisor's timers (0:
+	// it is not); the poller's alone.
+	timersHeldSince int64
 }
 
 // shardCounters are a shard's own counters, written by its poller and TX path.
