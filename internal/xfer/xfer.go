@@ -5,20 +5,32 @@ package xfer
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 )
 
 // Pattern returns a reader of n deterministic pseudo-random bytes; the same
-// seed gives the same bytes.
+// seed gives the same bytes, however the reads are sized. Each xorshift step
+// yields eight bytes: the tests that move gigabytes share the CPU with the
+// stack they test, so the generator has to stay cheap.
 func Pattern(n int64, seed uint64) io.Reader {
-	return &pattern{n: n, state: seed*0x9e3779b97f4a7c15 | 1}
+	return &pattern{n: n, state: seed*0x9e3779b97f4a7c15 | 1, used: 8}
 }
 
 type pattern struct {
 	n     int64
 	state uint64
+	word  [8]byte // the last step's bytes; word[used:] not yet read
+	used  int
+}
+
+func (p *pattern) next() uint64 {
+	p.state ^= p.state << 13
+	p.state ^= p.state >> 7
+	p.state ^= p.state << 17
+	return p.state
 }
 
 func (p *pattern) Read(b []byte) (int, error) {
@@ -28,14 +40,18 @@ func (p *pattern) Read(b []byte) (int, error) {
 	if int64(len(b)) > p.n {
 		b = b[:p.n]
 	}
-	for i := range b {
-		p.state ^= p.state << 13
-		p.state ^= p.state >> 7
-		p.state ^= p.state << 17
-		b[i] = byte(p.state)
+	i := copy(b, p.word[p.used:])
+	p.used += i
+	for ; len(b)-i >= 8; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], p.next())
 	}
-	p.n -= int64(len(b))
-	return len(b), nil
+	if i < len(b) {
+		binary.LittleEndian.PutUint64(p.word[:], p.next())
+		p.used = copy(b[i:], p.word[:])
+		i = len(b)
+	}
+	p.n -= int64(i)
+	return i, nil
 }
 
 // Hash reads r to EOF and returns the SHA-256 of what it read and its length.
