@@ -162,6 +162,7 @@ func (l *loneRetransmissions) due(now int64, closed func(flowKey) bool, out []*s
 			released++
 		default:
 			t.resends++
+			out = t.copiesAhead(tailSeq(t.rtxPkt), now, out)
 			t.at, t.rtxAt, t.wait = now, now, 2*t.wait
 			if t.resends < loneResends {
 				out = append(out, t.rtxPkt.IncRef())

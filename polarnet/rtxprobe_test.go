@@ -57,6 +57,22 @@ func TestLoneRetransmissionSentAgain(t *testing.T) {
 	assert.Equal(t, uint64(loneResends), c.q.stats.resent.Load())
 }
 
+// A lone retransmission that goes again after a silence brings copies of
+// the flow's last data segments ahead of it, as a timeout's retransmission
+// does: after an outage, whichever of the two first reaches the receiver
+// must bring them, or its newer timestamp makes the receiver's PAWS check
+// drop them.
+func TestLoneRetransmissionBringsTail(t *testing.T) {
+	c := newLoneConn(t)
+	c.q.clock.protocolFloor = time.Duration(tailSilence)
+	for seq := uint32(1000); seq <= 5000; seq += 1000 {
+		c.data(seq, 100)
+	}
+	c.data(1000, 101) // lost, with nothing sent after it
+	assert.Equal(t, []uint32{3000, 4000, 5000, 1000}, c.after(time.Duration(tailSilence)), "after a silence")
+	assert.Equal(t, []uint32{3000, 4000, 5000, 1000}, c.after(2*time.Duration(tailSilence)), "and again")
+}
+
 // An ACK received or data sent after the retransmission settles it; so
 // does a closed window, where it is a zero window probe.
 func TestLoneRetransmissionSettled(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // SACK blocks above the hole correct it, and gVisor sends nothing above
 // the hole in that state; so the TX queue keeps each flow's last data
 // segments and sends them again just ahead of a retransmission that comes
-// after a silence: the receiver SACKs them (ahead of the retransmission,
+// after a silence (copiesAhead): the receiver SACKs them (ahead of the retransmission,
 // their timestamps still pass its PAWS check) and gVisor counts the holes
 // below them as lost. A copy the receiver already had costs a duplicate.
 // No copies go into a closed window: there the retransmission is a zero
@@ -114,10 +114,8 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		t = &flowTail{flow: seg.flow, end: seq, minRTT: -1}
 		p.flows[seg.flow] = t
 	}
-	if oldest := t.last[0]; oldest != nil && now-t.at >= tailSilence && seq.LessThan(tailSeq(oldest)) && !p.windowClosed(seg.flow) {
-		for _, c := range t.last {
-			probes = append(probes, c.IncRef())
-		}
+	if !p.windowClosed(seg.flow) {
+		probes = t.copiesAhead(seq, now, nil)
 	}
 	end := seq.Add(seqnum.Size(seg.payload))
 	ts, hasTS := sentTSVal(seg)
@@ -149,6 +147,23 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 	}
 	t.at = now
 	return probes, due, false
+}
+
+// copiesAhead appends to out, each with a reference of its own, the copies
+// of flow t's last data segments to go ahead of a retransmission from seq
+// at now: one below them after a silence of tailSilence. Whichever of the
+// flow's retransmissions first reaches the receiver after an outage, the
+// timeout's or a lone one sent again (loneRetransmissions.due), must bring
+// them: its timestamp, newer than theirs, would make the receiver's PAWS
+// check drop them for good.
+func (t *flowTail) copiesAhead(seq seqnum.Value, now int64, out []*stack.PacketBuffer) []*stack.PacketBuffer {
+	if oldest := t.last[0]; oldest == nil || now-t.at < tailSilence || !seq.LessThan(tailSeq(oldest)) {
+		return out
+	}
+	for _, c := range t.last {
+		out = append(out, c.IncRef())
+	}
+	return out
 }
 
 // lossyFloor is the floor of the tail-loss probe and of the lone
