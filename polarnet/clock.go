@@ -113,7 +113,7 @@ const noTimer = int64(^uint64(0) >> 1)
 // the TX queue holding back a probe that comes too soon for its flow
 // (timersite.go, probehold.go).
 func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
-	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor, kind: creatingTimer(1)}
+	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor, kind: creatingTimer(1), protocol: true}
 	switch t.kind {
 	case reorderingTimer:
 		t.floor = min(t.floor, reorderingTimerFloor)
@@ -132,15 +132,30 @@ func (c *shardClock) afterFuncExact(d time.Duration, f func()) tcpip.Timer {
 	return t
 }
 
-// runDue calls the timers due at now; the poller calls it every iteration.
-func (c *shardClock) runDue(now int64) {
+// runDue calls the timers due at now; the poller calls it, or runOwn, every
+// iteration.
+func (c *shardClock) runDue(now int64) { c.run(now, true) }
+
+// runOwn calls polarnet's timers due at now and leaves gVisor's due ones
+// for a later runDue (see shard.holdTimers).
+func (c *shardClock) runOwn(now int64) { c.run(now, false) }
+
+func (c *shardClock) run(now int64, protocol bool) {
 	if c.earliest.Load() > now {
 		return
 	}
-	var due []*shardTimer
+	var due, kept []*shardTimer
 	c.mu.Lock()
 	for len(c.timers) > 0 && c.timers[0].when <= now {
-		due = append(due, heap.Pop(&c.timers).(*shardTimer))
+		t := heap.Pop(&c.timers).(*shardTimer)
+		if t.protocol && !protocol {
+			kept = append(kept, t)
+			continue
+		}
+		due = append(due, t)
+	}
+	for _, t := range kept {
+		heap.Push(&c.timers, t)
 	}
 	c.rearmLocked()
 	c.mu.Unlock()
@@ -203,6 +218,8 @@ type shardTimer struct {
 	goT   *time.Timer   // set once the clock is detached
 	floor time.Duration // the shortest non-zero delay
 	kind  timerKind
+	// protocol: gVisor's (AfterFunc), not polarnet's own (afterFuncExact).
+	protocol bool
 }
 
 // Stop implements tcpip.Timer.

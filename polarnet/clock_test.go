@@ -89,3 +89,31 @@ func TestShardClockMarksProbing(t *testing.T) {
 	assert.Equal(t, []bool{false, true}, during)
 	assert.False(t, c.probing.Load(), "after the callback")
 }
+
+func TestShardClockRunOwnLeavesGVisorTimersDue(t *testing.T) {
+	c := newShardClock(func() {})
+	var fired []string
+	c.AfterFunc(time.Millisecond, func() { fired = append(fired, "gvisor") })
+	c.afterFuncExact(time.Millisecond, func() { fired = append(fired, "own") })
+	later := c.read() + int64(time.Second)
+
+	c.runOwn(later)
+	assert.Equal(t, []string{"own"}, fired, "polarnet's timer runs, gVisor's waits")
+	assert.LessOrEqual(t, c.earliest.Load(), later, "gVisor's timer is still due")
+
+	c.runDue(later)
+	assert.Equal(t, []string{"own", "gvisor"}, fired)
+	assert.Equal(t, noTimer, c.earliest.Load())
+}
+
+func TestShardHoldsGVisorTimersWhileFramesArrive(t *testing.T) {
+	var s shard
+	ms := int64(time.Millisecond)
+	assert.False(t, s.holdTimers(0, 1*ms), "an idle iteration runs every timer")
+	assert.True(t, s.holdTimers(3, 2*ms), "a burst's frames are processed first")
+	assert.True(t, s.holdTimers(1, 2*ms+ms/2), "frames that keep coming hold the timers on")
+	assert.False(t, s.holdTimers(2, 3*ms), "for at most maxTimerHold")
+	assert.True(t, s.holdTimers(2, 3*ms+1), "then a new hold begins")
+	assert.False(t, s.holdTimers(0, 3*ms+2), "an empty poll ends it")
+	assert.True(t, s.holdTimers(1, 5*ms), "and the next burst holds anew")
+}

@@ -65,6 +65,9 @@ type shard struct {
 	// conns counts open connections, for choosing the least loaded shard.
 	conns atomic.Int64
 	shed  shedding // shed.go
+	// timersHeldSince is when holdTimers began holding gVisor's timers (0:
+	// it is not); the poller's alone.
+	timersHeldSince int64
 }
 
 // shardCounters are a shard's own counters, written by its poller and TX path.
@@ -291,7 +294,11 @@ func (s *shard) poll() {
 		if s.gro != nil {
 			s.gro.flush()
 		}
-		s.clock.runDue(now)
+		if s.holdTimers(n, now) {
+			s.clock.runOwn(now)
+		} else {
+			s.clock.runDue(now)
+		}
 		s.tx.flush()
 		if local {
 			releaseWakeups()
@@ -337,6 +344,34 @@ func (s *shard) poll() {
 		idleSince = 0
 		limit = spinLimit()
 	}
+}
+
+// maxTimerHold bounds how long holdTimers keeps gVisor's due timers waiting
+// while frames keep arriving.
+const maxTimerHold = time.Millisecond
+
+// holdTimers reports whether gVisor's due timers wait for the next
+// iteration because this one delivered n frames. gVisor runs a timer's
+// callback on an endpoint's state without first processing the segments
+// queued for it (tcp.timerHandler), and the frames of a burst wait in those
+// queues until the TCP processors run, after this iteration. So once the
+// poller had been held up, a retransmission, probe or reordering timer
+// fired against ACKs that had arrived before it was due, and the flow
+// entered a spurious recovery (docs/benchmarks.md). Frames that keep
+// coming hold the timers for at most maxTimerHold at a time.
+func (s *shard) holdTimers(n int, now int64) bool {
+	if n == 0 {
+		s.timersHeldSince = 0
+		return false
+	}
+	if s.timersHeldSince == 0 {
+		s.timersHeldSince = now
+	}
+	if time.Duration(now-s.timersHeldSince) < maxTimerHold {
+		return true
+	}
+	s.timersHeldSince = 0
+	return false
 }
 
 // sleep waits for RX frames. From the moment pollerAwake is cleared, writers
