@@ -385,7 +385,7 @@ func addEndFlags(fs *flag.FlagSet) *endFlags {
 	fs.IntVar(&e.mtu, "mtu", 1500, "internal: MTU of a TAP device created with -net polarnet-tap")
 	fs.StringVar(&e.poll, "poll", "adaptive", "internal: poll mode of a -net polarnet-tap stack")
 	fs.StringVar(&e.ack, "ack", "on", "internal: off turns the ACK filter of a -net polarnet-tap stack off")
-	fs.IntVar(&e.queues, "queues", 1, "internal: queue pairs (so shards) of a -net polarnet-tap stack's TAP device, or of a pipe mode's pipe")
+	fs.IntVar(&e.queues, "queues", 0, "internal: queue pairs (so shards) of a -net polarnet-tap stack's TAP device, or of a pipe mode's pipe (0: the link's default, a queue per CPU for TAP, one for the pipe)")
 	fs.IntVar(&e.procs, "procs", 0, "GOMAXPROCS of a polarnet end (0: Go's default; -pin makes it 1)")
 	fs.IntVar(&e.pin, "pin", -1, "run on this CPU only, with GOMAXPROCS=1")
 	fs.StringVar(&e.metrics, "metrics", "", "HOST:PORT where a polarnet end serves its stack's metrics: Prometheus at /metrics, expvar at /debug/vars")

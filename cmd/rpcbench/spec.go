@@ -149,7 +149,9 @@ type modeSpec struct {
 	// default (the CPUs). Pinned rows run with 1 whatever it says.
 	Procs int `json:"procs,omitempty"`
 	// Queues is the TAP device's or the pipe's queue pairs, so a polarnet
-	// stack's shards (TAP and pipe modes); 0: one.
+	// stack's shards (TAP and pipe modes); 0: the link's default, as a user
+	// gets it (TAP: a queue per CPU the end's process may use; the pipe:
+	// one).
 	Queues int  `json:"queues,omitempty"`
 	Pin    bool `json:"pin,omitempty"`
 }
