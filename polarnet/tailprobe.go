@@ -18,9 +18,9 @@ import (
 // SACK blocks above the hole correct it, and gVisor sends nothing above
 // the hole in that state; so the TX queue keeps each flow's last data
 // segments and sends them again just ahead of a retransmission that comes
-// after a silence (copiesAhead): the receiver SACKs them (ahead of the retransmission,
-// their timestamps still pass its PAWS check) and gVisor counts the holes
-// below them as lost. A copy the receiver already had costs a duplicate.
+// after a silence (copiesAhead): the receiver SACKs them (ahead of the
+// retransmission, their timestamps still pass its PAWS check) and gVisor
+// counts the holes below them as lost. A copy the receiver already had costs a duplicate.
 // No copies go into a closed window: there the retransmission is a zero
 // window probe, and copies past the window would only be dropped.
 //
