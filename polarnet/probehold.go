@@ -14,13 +14,16 @@ import (
 // recently that send left: at 64 connections of 4 KiB requests, ACKs
 // merely late drew 0.1–0.3% of segments as probes, and each, with no
 // D-SACK from a gVisor receiver, cost a recovery. So when gVisor sends,
-// from its probe timer, a retransmission of the flow's last data segment
-// less than the floor after the flow's last segment out, the TX queue
-// withholds it: it goes when the floor has passed with no segment of the
-// flow out and no ACK in (each restarts the wait), as Linux re-arms its
-// probe; an ACK that covers it drops it and carries in a D-SACK block for
-// it, which ends gVisor's probe episode without a recovery (rack.go,
-// detectTLPRecovery), as a peer's D-SACK of a needless probe would.
+// from its probe timer, a retransmission of the flow's last data segment,
+// the TX queue withholds it: it goes when the floor has passed since the
+// flow's last segment out with no segment of the flow out and no ACK in
+// (each restarts the wait), as Linux re-arms its probe, and not before the
+// poller has delivered the burst in hand, which may answer it (the probe
+// timer runs before that burst reaches gVisor: shard.poll). An ACK that
+// covers it drops it and carries in a D-SACK block for it, which ends
+// gVisor's probe episode without a recovery (rack.go, detectTLPRecovery),
+// as a peer's D-SACK of a needless probe would. Delivered before the
+// probe, that ACK would have ended the episode with a recovery.
 
 // probing reports whether a retransmission of flow t starting at seq is
 // gVisor's tail-loss probe: sent from the probe timer (which runs on the

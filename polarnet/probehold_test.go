@@ -76,21 +76,38 @@ func TestProbeWithheldGoes(t *testing.T) {
 	assert.Equal(t, uint64(1), c.q.stats.resent.Load(), "the engine's resend")
 }
 
-// Only a probe is withheld, and only within the floor: one after it goes at
-// once, as do the retransmissions of other timers and of ACKs.
-func TestProbeNotWithheld(t *testing.T) {
+// A probe past the floor is held only until the poller has delivered the
+// burst in hand: it goes with the next round of timers, unless an ACK in
+// that burst covers it.
+func TestProbePastTheFloor(t *testing.T) {
 	c := newLoneConn(t)
 	c.data(1000, 100)
 	c.data(2000, 101)
 	c.q.clock.freeze(c.q.clock.now() + int64(c.q.loneDelay()))
-	assert.True(t, c.probe(2000, 150), "past the floor")
+	require.False(t, c.probe(2000, 150), "held for the burst in hand")
+	assert.Equal(t, []uint32{2000}, c.after(0), "then it goes")
 
 	c.data(3000, 160)
-	before := c.sentCount()
-	c.data(3000, 161)
-	assert.Greater(t, c.sentCount(), before, "not from the probe timer")
+	c.q.clock.freeze(c.q.clock.now() + int64(c.q.loneDelay()))
+	require.False(t, c.probe(3000, 170))
+	dsack, needless := c.peerACK(4000)
+	require.True(t, needless, "an ACK in the burst answers it")
+	assert.Equal(t, header.SACKBlock{Start: 3000, End: 4000}, dsack)
+	assert.Empty(t, c.after(time.Second), "dropped")
+	assert.Equal(t, uint64(1), c.q.stats.probesNeedless.Load())
+	assert.Equal(t, uint64(1), c.q.stats.probesReleased.Load())
+}
 
-	assert.True(t, c.probe(2000, 162), "not the flow's last segment")
+// Only a probe is withheld: a retransmission of another timer, or of a
+// segment before the flow's last, goes at once.
+func TestProbeNotWithheld(t *testing.T) {
+	c := newLoneConn(t)
+	c.data(1000, 100)
+	c.data(2000, 101)
+	before := c.sentCount()
+	c.data(2000, 102)
+	assert.Greater(t, c.sentCount(), before, "not from the probe timer")
+	assert.True(t, c.probe(1000, 103), "not the flow's last segment")
 }
 
 // The D-SACK block goes after the segment's options, its payload kept and

@@ -269,6 +269,7 @@ func (s *shard) poll() {
 	defer adaptiveSpinners.leave(&spinning)
 	limit := spinLimit()
 	budget := s.spin // grows and shrinks with the sleeps (nextSpin)
+	delivered := 0   // frames the last iteration gave gVisor
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
 		// The iteration's one clock reading: metrics, timers, spin budget,
@@ -276,6 +277,15 @@ func (s *shard) poll() {
 		now := s.clock.read()
 		s.clock.freeze(now)
 		start := s.burstStart(n, now)
+		// gVisor's due timers run before this burst reaches gVisor, the
+		// last one's when its frames may still wait for the TCP
+		// processors (holdTimers). A tail-loss probe they send is held
+		// back until the burst is delivered (probehold.go).
+		if s.holdTimers(delivered, now) {
+			s.clock.runOwn(now)
+		} else {
+			s.clock.runDue(now)
+		}
 		// What one frame (or none) wakes, a TCP processor or the peer's
 		// poller, runs next on this P when we yield or sleep below: no
 		// idle P is woken for it. Otherwise the woken P takes over the
@@ -291,13 +301,9 @@ func (s *shard) poll() {
 			s.deliver(n, backlog)
 		}
 		n += s.receiveHandoffs()
+		delivered = n
 		if s.gro != nil {
 			s.gro.flush()
-		}
-		if s.holdTimers(n, now) {
-			s.clock.runOwn(now)
-		} else {
-			s.clock.runDue(now)
 		}
 		s.tx.flush()
 		if local {
@@ -351,14 +357,14 @@ func (s *shard) poll() {
 const maxTimerHold = time.Millisecond
 
 // holdTimers reports whether gVisor's due timers wait for the next
-// iteration because this one delivered n frames. gVisor runs a timer's
+// iteration because the last one delivered n frames. gVisor runs a timer's
 // callback on an endpoint's state without first processing the segments
 // queued for it (tcp.timerHandler), and the frames of a burst wait in those
-// queues until the TCP processors run, after this iteration. So once the
-// poller had been held up, a retransmission, probe or reordering timer
-// fired against ACKs that had arrived before it was due, and the flow
-// entered a spurious recovery (docs/benchmarks.md). Frames that keep
-// coming hold the timers for at most maxTimerHold at a time.
+// queues until the TCP processors run, after the iteration that delivered
+// them. So once the poller had been held up, a retransmission, probe or
+// reordering timer fired against ACKs that had arrived before it was due,
+// and the flow entered a spurious recovery (docs/benchmarks.md). Frames
+// that keep coming hold the timers for at most maxTimerHold at a time.
 func (s *shard) holdTimers(n int, now int64) bool {
 	if n == 0 {
 		s.timersHeldSince = 0
