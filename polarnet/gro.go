@@ -25,6 +25,7 @@ type rxGRO struct {
 	gro          gro.GRO
 	ep           *nicEndpoint
 	noDispatcher *atomic.Uint64
+	handed       int // packets handed on to the NIC, for flush
 }
 
 var _ stack.NetworkDispatcher = (*rxGRO)(nil)
@@ -45,7 +46,7 @@ func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuff
 		// merge keep their place: a pure ACK after a flow's data,
 		// above all, which GRO would merge into the held segment,
 		// keeping that one's window and losing a window update.
-		g.gro.Flush()
+		g.flush()
 		g.DeliverNetworkPacket(proto, pkt)
 		return
 	}
@@ -98,11 +99,27 @@ func tcpFlowHash(h *rxHeaders) uint64 {
 }
 
 // flush delivers every packet GRO holds.
-func (g *rxGRO) flush() { g.gro.Flush() }
+// flush hands on every packet GRO holds. gro.GRO.Flush takes out only the
+// first packet of each bucket (it unlinks the packet it stands on, which
+// ends its walk of the bucket), so flush calls it until a call hands on
+// nothing. A packet left behind waited for a later burst, and a later
+// segment of its flow, alone in its burst and so not given to GRO, went
+// ahead of it: the receiver saw a hole and answered with SACK blocks on a
+// lossless link, and its peer recovered for nothing (docs/benchmarks.md).
+func (g *rxGRO) flush() {
+	for {
+		before := g.handed
+		g.gro.Flush()
+		if g.handed == before {
+			return
+		}
+	}
+}
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher: GRO's output
 // goes to the NIC.
 func (g *rxGRO) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	g.handed++
 	if !g.ep.deliver(proto, pkt) {
 		g.noDispatcher.Add(1)
 	}
