@@ -55,6 +55,10 @@ type shardClock struct {
 	// probing is set while the poller runs a tail-loss probe timer's
 	// callback: a retransmission sent then is gVisor's probe (probehold.go).
 	probing atomic.Bool
+	// lossyAt is when a flow of the shard last saw SACK blocks above its
+	// ACK number (0: never): until lossyMemory after it, probe timers take
+	// lossyFloor, as such a flow's probes do on the way out (recoveryWait).
+	lossyAt atomic.Int64
 
 	mu       sync.Mutex
 	timers   timerHeap
@@ -109,9 +113,9 @@ const noTimer = int64(^uint64(0) >> 1)
 
 // AfterFunc implements tcpip.Clock: gVisor's timers, whose non-zero delays
 // are raised to protocolFloor, but RACK's reordering timer's to at most
-// reorderingTimerFloor and the tail-loss probe's to at most lossyFloor,
-// the TX queue holding back a probe that comes too soon for its flow
-// (timersite.go, probehold.go).
+// reorderingTimerFloor and, while a flow of the shard saw loss lately, the
+// tail-loss probe's to at most lossyFloor, the TX queue holding back a
+// probe that comes too soon for its flow (timersite.go, probehold.go).
 func (c *shardClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
 	t := &shardTimer{clock: c, f: f, index: -1, floor: c.protocolFloor, kind: creatingTimer(1), protocol: true}
 	switch t.kind {
@@ -240,23 +244,38 @@ func (t *shardTimer) Stop() bool {
 
 // Reset implements tcpip.Timer.
 func (t *shardTimer) Reset(d time.Duration) {
-	if d > 0 && d < t.floor {
-		d = t.floor
-	}
 	c := t.clock
+	now := c.now()
+	if d > 0 {
+		d = max(d, t.floorAt(now))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.detached {
 		t.startGoTimer(d)
 		return
 	}
-	t.when = c.now() + int64(d)
+	t.when = now + int64(d)
 	if t.index >= 0 {
 		heap.Fix(&c.timers, t.index)
 	} else {
 		heap.Push(&c.timers, t)
 	}
 	c.rearmLocked()
+}
+
+// floorAt is the shortest non-zero delay the timer takes at now. A probe
+// timer's is lossyFloor only while a flow of the shard saw loss lately:
+// elsewhere each flow's probes are held to protocolFloor on the way out
+// anyway, and a timer that fires within it only sends a probe to hold,
+// one more chance for it to find the ACK answering it delivered but not
+// yet processed (shard.holdTimers), which costs a spurious recovery.
+func (t *shardTimer) floorAt(now int64) time.Duration {
+	c := t.clock
+	if at := c.lossyAt.Load(); t.kind == probeTimer && (at == 0 || now-at >= lossyMemory) {
+		return c.protocolFloor
+	}
+	return t.floor
 }
 
 func (t *shardTimer) startGoTimer(d time.Duration) {

@@ -90,6 +90,28 @@ func TestShardClockMarksProbing(t *testing.T) {
 	assert.False(t, c.probing.Load(), "after the callback")
 }
 
+// A probe timer takes lossyFloor only while a flow of the shard saw loss
+// lately, MinRecoveryTimer's floor otherwise; other timers keep theirs.
+func TestShardClockProbeFloorFollowsLoss(t *testing.T) {
+	c := newShardClock(func() {})
+	c.protocolFloor = 50 * time.Millisecond
+	now := int64(time.Hour)
+	c.freeze(now)
+	probe := c.AfterFunc(time.Hour, func() {}).(*shardTimer)
+	probe.kind, probe.floor = probeTimer, lossyFloor
+	other := c.AfterFunc(time.Hour, func() {}).(*shardTimer)
+	delay := func(t *shardTimer) time.Duration {
+		t.Reset(time.Microsecond)
+		return time.Duration(t.when - c.now())
+	}
+	assert.InDelta(t, 50*time.Millisecond, delay(probe), float64(time.Microsecond), "no loss seen")
+	c.lossyAt.Store(now - lossyMemory + int64(time.Millisecond))
+	assert.InDelta(t, lossyFloor, delay(probe), float64(time.Microsecond), "loss seen lately")
+	assert.InDelta(t, 50*time.Millisecond, delay(other), float64(time.Microsecond), "not a probe timer")
+	c.freeze(now + int64(time.Millisecond))
+	assert.InDelta(t, 50*time.Millisecond, delay(probe), float64(time.Microsecond), "a second on")
+}
+
 func TestShardClockRunOwnLeavesGVisorTimersDue(t *testing.T) {
 	c := newShardClock(func() {})
 	var fired []string

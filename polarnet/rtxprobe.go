@@ -273,6 +273,7 @@ func (q *txQueue) received(h *rxHeaders, th header.TCP, fixChecksum bool) (dsack
 	sacked := sack && sacksAbove(th)
 	if sacked {
 		t.sackAt, t.recoverTo = now, t.end
+		q.clock.lossyAt.Store(now)
 	}
 	q.tails.lone.recovering(t, sacked || t.sacked && seqnum.Value(th.AckNumber()).LessThan(t.recoverTo))
 	if sacked {

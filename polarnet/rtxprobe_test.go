@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/polarnet/polarnet/internal/frame"
@@ -107,7 +108,9 @@ func TestRecoveryTailSentAgain(t *testing.T) {
 	c.data(2000, 101)
 	c.data(3000, 102)
 	assert.Empty(t, c.after(time.Second), "new data, no loss seen: gVisor's probe's")
+	require.Zero(t, c.q.clock.lossyAt.Load())
 	c.ack(1000, sackEchoing(100))
+	assert.NotZero(t, c.q.clock.lossyAt.Load(), "the shard saw loss: its probe timers take the lossy floor")
 	c.data(1000, 150) // the repair
 	c.data(4000, 151) // and new data the window allows
 	assert.Empty(t, c.after(lossyFloor/2))
