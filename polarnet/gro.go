@@ -98,7 +98,6 @@ func tcpFlowHash(h *rxHeaders) uint64 {
 	return hash | 1
 }
 
-// flush delivers every packet GRO holds.
 // flush hands on every packet GRO holds. gro.GRO.Flush takes out only the
 // first packet of each bucket (it unlinks the packet it stands on, which
 // ends its walk of the bucket), so flush calls it until a call hands on
