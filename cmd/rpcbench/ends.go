@@ -30,6 +30,10 @@ type snap struct {
 	// Retrans counts TCP segments the end's stack retransmitted; -1 when
 	// the end cannot tell its own apart (see -retrans in child.go).
 	Retrans int64 `json:"retrans"`
+	// Spurious counts loss recoveries the end's stack found needless
+	// (gVisor's SpuriousRecovery, the kernel's undo counters); -1 as for
+	// Retrans.
+	Spurious int64 `json:"spurious"`
 	// Drops counts frames the end's link had no room for (TX ring full);
 	// -1 for kernel ends.
 	Drops int64 `json:"link_drops"`
@@ -64,14 +68,15 @@ type clientEnd interface {
 
 // netEnd is one side's network: kernel sockets, or a stack.
 type netEnd struct {
-	listen  func(addr string) (net.Listener, error)
-	dialer  func(addr string) (dialFunc, error)
-	retrans func() int64
-	drops   func() int64    // nil: not known (kernel)
-	frames  func() int64    // TX frames; nil: not known (kernel, vanilla)
-	dev     string          // a TAP device the end created, for the orchestrator to plug
-	stack   *polarnet.Stack // nil: not a polarnet end
-	close   func() error
+	listen   func(addr string) (net.Listener, error)
+	dialer   func(addr string) (dialFunc, error)
+	retrans  func() int64
+	spurious func() int64    // nil: not known
+	drops    func() int64    // nil: not known (kernel)
+	frames   func() int64    // TX frames; nil: not known (kernel, vanilla)
+	dev      string          // a TAP device the end created, for the orchestrator to plug
+	stack    *polarnet.Stack // nil: not a polarnet end
+	close    func() error
 }
 
 // Kinds of network an end can use (-net).
@@ -84,9 +89,9 @@ const (
 // kernelNet is Go's net in this process's namespace. With retrans false the
 // end reports no retransmits (its namespace's counters also hold the peer's).
 func kernelNet(retrans bool) *netEnd {
-	r := kernelRetrans
+	r, sp := kernelRetrans, kernelSpurious
 	if !retrans {
-		r = func() int64 { return -1 }
+		r, sp = func() int64 { return -1 }, nil
 	}
 	return &netEnd{
 		listen: func(addr string) (net.Listener, error) {
@@ -97,8 +102,9 @@ func kernelNet(retrans bool) *netEnd {
 			var d net.Dialer
 			return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }, nil
 		},
-		retrans: r,
-		close:   func() error { return nil },
+		retrans:  r,
+		spurious: sp,
+		close:    func() error { return nil },
 	}
 }
 
@@ -117,10 +123,11 @@ func envNet() (*netEnd, error) {
 		return ne, nil
 	}
 	return &netEnd{
-		listen:  func(addr string) (net.Listener, error) { return listener.Listen("tcp", addr) },
-		dialer:  envDialer,
-		retrans: kernelRetrans,
-		close:   func() error { return nil },
+		listen:   func(addr string) (net.Listener, error) { return listener.Listen("tcp", addr) },
+		dialer:   envDialer,
+		retrans:  kernelRetrans,
+		spurious: kernelSpurious,
+		close:    func() error { return nil },
 	}, nil
 }
 
@@ -148,11 +155,12 @@ func stackNet(st *polarnet.Stack) *netEnd {
 				return st.DialTCP(ctx, "tcp4", netip.AddrPort{}, ap)
 			}, nil
 		},
-		retrans: func() int64 { return stackRetrans(st) },
-		drops:   func() int64 { return int64(st.Stats().Total.TxRingFull) },
-		frames:  func() int64 { return int64(st.Stats().Total.TxFrames) },
-		stack:   st,
-		close:   st.Close,
+		retrans:  func() int64 { return stackRetrans(st) },
+		spurious: func() int64 { return int64(st.Stats().Total.SpuriousRecovery) },
+		drops:    func() int64 { return int64(st.Stats().Total.TxRingFull) },
+		frames:   func() int64 { return int64(st.Stats().Total.TxFrames) },
+		stack:    st,
+		close:    st.Close,
 	}
 }
 
@@ -173,9 +181,10 @@ func vanillaNet(v *vanillaStack) *netEnd {
 			}
 			return v.dialer(ap), nil
 		},
-		retrans: v.retrans,
-		drops:   v.ep.drops.Load,
-		close:   v.Close,
+		retrans:  v.retrans,
+		spurious: func() int64 { return int64(v.st.Stats().TCP.SpuriousRecovery.Value()) },
+		drops:    v.ep.drops.Load,
+		close:    v.Close,
 	}
 }
 
@@ -206,7 +215,10 @@ func tapNet(mtu int, poll polarnet.PollMode, ackOff bool, queues int) (*netEnd, 
 
 // snap reads this process's CPU time and the end's counters.
 func (ne *netEnd) snap() snap {
-	s := snap{CPU: selfCPU(), Retrans: ne.retrans(), Drops: -1, TxFrames: -1}
+	s := snap{CPU: selfCPU(), Retrans: ne.retrans(), Spurious: -1, Drops: -1, TxFrames: -1}
+	if ne.spurious != nil {
+		s.Spurious = ne.spurious()
+	}
 	if ne.drops != nil {
 		s.Drops = ne.drops()
 	}

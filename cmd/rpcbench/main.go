@@ -285,8 +285,9 @@ func printResult(w io.Writer, r *result, t testSpec) {
 		c, s, total := r.segsPerOp()
 		fmt.Fprintf(w, "  segments/op  client %s  server %s  total %s  (frames polarnet ends sent)\n", fmtFloat(c, 2), fmtFloat(s, 2), fmtFloat(total, 2))
 	}
-	fmt.Fprintf(w, "  retransmits  client %s  server %s   link drops (TX ring full) client %s  server %s\n",
-		fmtCount(r.RetransClient), fmtCount(r.RetransServer), fmtCount(r.DropsClient), fmtCount(r.DropsServer))
+	fmt.Fprintf(w, "  retransmits  client %s  server %s   spurious recoveries client %s  server %s   link drops (TX ring full) client %s  server %s\n",
+		fmtCount(r.RetransClient), fmtCount(r.RetransServer), fmtCount(r.SpuriousClient), fmtCount(r.SpuriousServer),
+		fmtCount(r.DropsClient), fmtCount(r.DropsServer))
 	if r.CPUSystem < 0 {
 		return // a standalone client sees one end only
 	}
@@ -623,6 +624,7 @@ func standaloneClient(ctx context.Context, cli *localClient, addr string, t test
 	res := result{Mode: "client → " + addr, Case: t.String(), loadResult: lr,
 		CPUClient: b.CPU - a.CPU, CPUServer: -1, CPUTotal: -1, CPUSystem: -1,
 		RetransClient: delta(a.Retrans, b.Retrans), RetransServer: -1,
+		SpuriousClient: delta(a.Spurious, b.Spurious), SpuriousServer: -1,
 		DropsClient: delta(a.Drops, b.Drops), DropsServer: -1,
 		SegsClient: delta(a.TxFrames, b.TxFrames), SegsServer: -1, Quiet: true}
 	printResult(w, &res, t)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -126,32 +127,48 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // kernelRetrans returns the RetransSegs counter of the TCP MIB in this
 // process's network namespace.
-func kernelRetrans() int64 {
-	f, err := os.Open("/proc/self/net/snmp")
+func kernelRetrans() int64 { return kernelMIB("/proc/self/net/snmp", "Tcp:", "RetransSegs") }
+
+// kernelSpurious returns how many loss recoveries and timeouts the kernel
+// found needless and undid, in this process's network namespace: the
+// counterpart of gVisor's SpuriousRecovery.
+func kernelSpurious() int64 {
+	return kernelMIB("/proc/self/net/netstat", "TcpExt:", "TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo", "TCPSpuriousRTOs")
+}
+
+// kernelMIB sums the named counters of a section of a /proc/net MIB file
+// (a line of names, then one of values, each starting with the section);
+// -1 when it cannot read one of them.
+func kernelMIB(file, section string, names ...string) int64 {
+	f, err := os.Open(file)
 	if err != nil {
 		return -1
 	}
 	defer f.Close()
-	var names []string
+	var header []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || fields[0] != "Tcp:" {
+		if len(fields) == 0 || fields[0] != section {
 			continue
 		}
-		if names == nil {
-			names = fields
+		if header == nil {
+			header = fields
 			continue
 		}
-		for i, name := range names {
-			if name == "RetransSegs" && i < len(fields) {
-				n, err := strconv.ParseInt(fields[i], 10, 64)
-				if err != nil {
-					return -1
-				}
-				return n
+		var sum int64
+		for _, want := range names {
+			i := slices.Index(header, want)
+			if i < 0 || i >= len(fields) {
+				return -1
 			}
+			n, err := strconv.ParseInt(fields[i], 10, 64)
+			if err != nil {
+				return -1
+			}
+			sum += n
 		}
+		return sum
 	}
 	return -1
 }

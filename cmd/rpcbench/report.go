@@ -289,6 +289,7 @@ func (c *comparison) markdown(w io.Writer) {
 		"machine is all busy CPU time on the host over the window (both ends, kernel threads, anything else; pinned rows: on their CPU). "+
 		"segs/op: frames polarnet ends handed their link per operation, both ends (a TSO/GSO frame counts once; one end's where the other is not polarnet); "+
 		"retx: TCP segments retransmitted, client/server, most in any run (– where not attributable); "+
+		"spur: loss recoveries the end found needless (gVisor's SpuriousRecovery; the kernel's TcpExt undo counters and TCPSpuriousRTOs), client/server, most in any run; "+
 		"drops: frames a polarnet or vanilla end's link had no room for (TX ring full), client/server, most in any run (– for kernel ends). "+
 		"Ratios (×) are medians against %s on the same case.\n", c.ref)
 	for _, t := range c.cases {
@@ -311,9 +312,9 @@ func (c *comparison) caseTable(w io.Writer, t testSpec) {
 	stream := t.Test == testStream
 	unit := (&row{test: t}).unit()
 	if stream {
-		fmt.Fprintf(w, "| mode | %s | × | CPU s/GB client | server | total | × | machine | retx | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
+		fmt.Fprintf(w, "| mode | %s | × | CPU s/GB client | server | total | × | machine | retx | spur | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
 	} else {
-		fmt.Fprintf(w, "| mode | %s | × | p50 µs | p99 µs | p99.9 µs | CPU µs/op client | server | total | × | machine | segs/op | retx | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
+		fmt.Fprintf(w, "| mode | %s | × | p50 µs | p99 µs | p99.9 µs | CPU µs/op client | server | total | × | machine | segs/op | retx | spur | drops | runs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", unit)
 	}
 	prec := 1
 	if stream {
@@ -338,13 +339,14 @@ func (c *comparison) caseTable(w io.Writer, t testSpec) {
 			cells = append(cells, fmtMed(r.latency(0.5), 1), fmtMed(r.latency(0.99), 1), fmtMed(r.latency(0.999), 1))
 		}
 		rc, rs := r.most(func(x *result) (int64, int64) { return x.RetransClient, x.RetransServer })
+		sc, ss := r.most(func(x *result) (int64, int64) { return x.SpuriousClient, x.SpuriousServer })
 		dc, ds := r.most(func(x *result) (int64, int64) { return x.DropsClient, x.DropsServer })
 		cells = append(cells, fmtMed(r.cpu(cpuClient), prec), fmtMed(r.cpu(cpuServer), prec), fmtStatPrec(total, prec), cpuX,
 			fmtMed(r.cpu(cpuSystem), prec))
 		if !stream {
 			cells = append(cells, r.segsCell())
 		}
-		cells = append(cells, fmtCount(rc)+"/"+fmtCount(rs), fmtCount(dc)+"/"+fmtCount(ds), r.runs())
+		cells = append(cells, fmtCount(rc)+"/"+fmtCount(rs), fmtCount(sc)+"/"+fmtCount(ss), fmtCount(dc)+"/"+fmtCount(ds), r.runs())
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 	if t.Test != testStream {

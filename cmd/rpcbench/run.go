@@ -45,6 +45,10 @@ type result struct {
 	CPUSystem     time.Duration `json:"cpu_system_ns"`
 	RetransClient int64         `json:"retrans_client"`
 	RetransServer int64         `json:"retrans_server"`
+	// SpuriousClient and SpuriousServer count loss recoveries each end
+	// found needless (-1: not attributable, as for retransmits).
+	SpuriousClient int64 `json:"spurious_client"`
+	SpuriousServer int64 `json:"spurious_server"`
 	// DropsClient and DropsServer count frames a polarnet or vanilla end's
 	// link had no room for (-1: a kernel end).
 	DropsClient int64 `json:"link_drops_client"`
@@ -203,6 +207,8 @@ func (r *result) account(def *modeDef, a, b marks, noise float64) {
 	}
 	r.RetransClient = delta(a.client.Retrans, b.client.Retrans)
 	r.RetransServer = delta(a.server.Retrans, b.server.Retrans)
+	r.SpuriousClient = delta(a.client.Spurious, b.client.Spurious)
+	r.SpuriousServer = delta(a.server.Spurious, b.server.Spurious)
 	r.DropsClient = delta(a.client.Drops, b.client.Drops)
 	r.DropsServer = delta(a.server.Drops, b.server.Drops)
 	r.SegsClient = delta(a.client.TxFrames, b.client.TxFrames)
@@ -257,7 +263,8 @@ func (r *result) line() string {
 			s += fmt.Sprintf("  %.2f segs/op", segs)
 		}
 	}
-	s += fmt.Sprintf("  retx %s/%s  others %.2f CPU", fmtCount(r.RetransClient), fmtCount(r.RetransServer), r.Others)
+	s += fmt.Sprintf("  retx %s/%s  spurious %s/%s  others %.2f CPU", fmtCount(r.RetransClient), fmtCount(r.RetransServer),
+		fmtCount(r.SpuriousClient), fmtCount(r.SpuriousServer), r.Others)
 	if !r.Quiet {
 		s += fmt.Sprintf(" (not quiet before: %.0f%% idle)", r.IdleBefore*100)
 	}
