@@ -118,9 +118,11 @@ func TestProbeDueWithItsAnswer(t *testing.T) {
 	for range 20 {
 		roundTrip()
 	}
-	// The probe timer is due 5 ms (the clock's floor) after the request; the
-	// answer must be kept until then, and the poller busy until it is
-	// released. On a slow machine the probe may come sooner: try again.
+	// The clock wakes a probe timer MinRecoveryTimer (50 ms) after gVisor
+	// first armed it, which may be before this request: the answer is kept
+	// longer than that, the poller held in its read meanwhile.
+	// A probe that comes before the pause (or none at all) spoils an
+	// attempt: try again.
 	const attempts = 10
 	type counts struct{ probes, recoveries, spurious, withheld, retransmits uint64 }
 	read := func() counts {
@@ -142,7 +144,7 @@ func TestProbeDueWithItsAnswer(t *testing.T) {
 		gated.q.set(gateJunk, time.Time{})
 		time.Sleep(2 * time.Millisecond)
 		early := read().probes != before.probes
-		gated.q.set(gateRelease, sent.Add(20*time.Millisecond))
+		gated.q.set(gateRelease, sent.Add(60*time.Millisecond))
 		_, err = io.ReadFull(client, resp)
 		require.NoError(t, err)
 		roundTrip() // the answer's ACK is processed
