@@ -2,6 +2,8 @@ package polarnet
 
 import (
 	"container/heap"
+	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,9 +54,13 @@ type shardClock struct {
 	protocolFloor time.Duration
 	// made counts the timers AfterFunc made, by kind (tests read it).
 	made [probeTimer + 1]atomic.Uint64
-	// probing is set while the poller runs a tail-loss probe timer's
-	// callback: a retransmission sent then is gVisor's probe (probehold.go).
-	probing atomic.Bool
+	// probing is the tail-loss probe timer whose callback the poller runs
+	// (nil: none): a retransmission sent then is gVisor's probe
+	// (probehold.go).
+	probing atomic.Pointer[shardTimer]
+	// probeDue returns when a probe of flow f may go at the earliest, the
+	// TX queue's hold (deferProbe); set by the shard.
+	probeDue func(f *flowTail, now int64) int64
 	// lossyAt is when a flow of the shard last saw SACK blocks above its
 	// ACK number (0: never): until lossyMemory after it, probe timers take
 	// lossyFloor, as such a flow's probes do on the way out (recoveryWait).
@@ -164,13 +170,69 @@ func (c *shardClock) run(now int64, protocol bool) {
 	c.rearmLocked()
 	c.mu.Unlock()
 	for _, t := range due {
-		if t.kind != probeTimer {
+		switch {
+		case t.kind != probeTimer:
 			t.f()
-			continue
+		case c.deferProbe(t, now):
+		default:
+			c.probing.Store(t)
+			t.f()
+			c.probing.Store(nil)
 		}
-		c.probing.Store(true)
-		t.f()
-		c.probing.Store(false)
+	}
+}
+
+// deferProbe puts back probe timer t, due at now, until its flow's probe
+// may go, when that is later. gVisor re-arms a pending probe timer without
+// telling the clock when the new deadline is later (probehold.go), so on
+// a flow that keeps sending the clock's wake-up finds a later send's
+// deadline passed, and gVisor sends a probe only for the TX queue to hold:
+// each one more chance to meet an ACK delivered but not yet processed, a
+// spurious recovery (shard.holdTimers). Linux re-arms its probe on every
+// send; deferred, the timer waits as long. Its flow is known once it has
+// sent a probe (noteProbeFlow); a timer gVisor reset meanwhile is already
+// back in the heap.
+func (c *shardClock) deferProbe(t *shardTimer, now int64) bool {
+	f := t.flow.Load()
+	if f == nil || c.probeDue == nil {
+		return false
+	}
+	until := c.probeDue(f, now)
+	if until <= now {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.index < 0 {
+		t.when = until
+		heap.Push(&c.timers, t)
+		c.rearmLocked()
+	}
+	return true
+}
+
+// runName is shardClock.run's name, as the runtime gives it.
+var runName = runtime.FuncForPC(reflect.ValueOf((*shardClock).run).Pointer()).Name()
+
+// noteProbeFlow tells the probe timer whose callback runs that it probes
+// flow f. Another goroutine may send a retransmission meanwhile, so only
+// a call from within run, on the poller, counts.
+func (c *shardClock) noteProbeFlow(f *flowTail) {
+	t := c.probing.Load()
+	if t == nil || t.flow.Load() == f {
+		return
+	}
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	for {
+		fr, more := frames.Next()
+		if fr.Function == runName {
+			t.flow.Store(f)
+			return
+		}
+		if !more {
+			return
+		}
 	}
 }
 
@@ -224,6 +286,8 @@ type shardTimer struct {
 	kind  timerKind
 	// protocol: gVisor's (AfterFunc), not polarnet's own (afterFuncExact).
 	protocol bool
+	// flow is a probe timer's flow, once it has sent a probe.
+	flow atomic.Pointer[flowTail]
 }
 
 // Stop implements tcpip.Timer.

@@ -80,14 +80,14 @@ func TestShardClockHoldsThePollersReading(t *testing.T) {
 func TestShardClockMarksProbing(t *testing.T) {
 	c := newShardClock(func() {})
 	var during []bool
-	record := func() { during = append(during, c.probing.Load()) }
+	record := func() { during = append(during, c.probing.Load() != nil) }
 	c.AfterFunc(0, record)
 	probe := c.AfterFunc(time.Hour, record).(*shardTimer)
 	probe.kind = probeTimer
 	probe.Reset(0)
 	c.runDue(c.read())
 	assert.Equal(t, []bool{false, true}, during)
-	assert.False(t, c.probing.Load(), "after the callback")
+	assert.Nil(t, c.probing.Load(), "after the callback")
 }
 
 // A probe timer takes lossyFloor only while a flow of the shard saw loss
@@ -110,6 +110,45 @@ func TestShardClockProbeFloorFollowsLoss(t *testing.T) {
 	assert.InDelta(t, 50*time.Millisecond, delay(other), float64(time.Microsecond), "not a probe timer")
 	c.freeze(now + int64(time.Millisecond))
 	assert.InDelta(t, 50*time.Millisecond, delay(probe), float64(time.Microsecond), "a second on")
+}
+
+// A probe timer learns its flow from a probe its callback sends, not from
+// one sent elsewhere meanwhile; once it knows it, the clock puts it back
+// while the flow's probe may not go yet, and runs it once it may.
+func TestShardClockDefersAProbeForItsFlow(t *testing.T) {
+	c := newShardClock(func() {})
+	var flow, other flowTail
+	may := int64(0) // when flow's probe may go
+	c.probeDue = func(f *flowTail, now int64) int64 {
+		require.Same(t, &flow, f)
+		return may
+	}
+	runs := 0
+	probe := c.AfterFunc(time.Hour, func() {
+		runs++
+		c.noteProbeFlow(&flow)
+	}).(*shardTimer)
+	probe.kind = probeTimer
+
+	c.probing.Store(probe)
+	c.noteProbeFlow(&other) // as another goroutine's retransmission would
+	c.probing.Store(nil)
+	assert.Nil(t, probe.flow.Load(), "only from its own callback")
+
+	probe.Reset(0)
+	c.runDue(c.read())
+	require.Equal(t, 1, runs, "a timer of no known flow runs")
+	assert.Same(t, &flow, probe.flow.Load())
+
+	probe.Reset(0)
+	may = c.read() + int64(time.Second)
+	c.runDue(c.read())
+	assert.Equal(t, 1, runs, "put back")
+	assert.Equal(t, may, probe.when)
+	c.runDue(may - 1)
+	assert.Equal(t, 1, runs)
+	c.runDue(may)
+	assert.Equal(t, 2, runs, "run once the probe may go")
 }
 
 func TestShardClockRunOwnLeavesGVisorTimersDue(t *testing.T) {

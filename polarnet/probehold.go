@@ -31,7 +31,7 @@ import (
 // coalesced send, a part of it.
 func probing(t *flowTail, seq seqnum.Value, clock *shardClock) bool {
 	last := t.last[tailCopies-1]
-	return clock.probing.Load() && last != nil && !seq.LessThan(tailSeq(last))
+	return clock.probing.Load() != nil && last != nil && !seq.LessThan(tailSeq(last))
 }
 
 // withDSACK returns a copy of frame, a received TCP segment whose headers

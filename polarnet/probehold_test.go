@@ -22,8 +22,8 @@ func (c loneConn) sentCount() int {
 // whether a frame left.
 func (c loneConn) probe(seq, ts uint32) bool {
 	before := c.sentCount()
-	c.q.clock.probing.Store(true)
-	defer c.q.clock.probing.Store(false)
+	c.q.clock.probing.Store(&shardTimer{})
+	defer c.q.clock.probing.Store(nil)
 	c.data(seq, ts)
 	return c.sentCount() > before
 }

@@ -189,6 +189,15 @@ func (q *txQueue) loneDelay() time.Duration {
 	return max(q.clock.protocolFloor, loneMinDelay)
 }
 
+// probeDue returns when a tail-loss probe of flow t may go at the
+// earliest at now: its floor after the flow's last segment out
+// (probehold.go).
+func (q *txQueue) probeDue(t *flowTail, now int64) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return t.at + int64(t.recoveryWait(now, q.loneDelay()))
+}
+
 // armLone arms the timer for the lone retransmissions to go off at at,
 // unless it goes off before.
 func (q *txQueue) armLone(at int64) {

@@ -127,6 +127,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 	s.tx = newTxQueue(q, info.Caps, cfg.MTU, &s.stats, cfg.ACK, s.clock, st.sacks, st.windows, func(proto tcpip.NetworkProtocolNumber, flow flowKey) bool {
 		return finWait1(s.stack, proto, flow)
 	})
+	s.clock.probeDue = s.tx.probeDue
 	s.tx.logWriteError = s.logTxError
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	if !cfg.DisableGRO {

@@ -138,6 +138,7 @@ func (p *tailProbes) observe(pkt *stack.PacketBuffer, seg *segment, clock *shard
 		p.lone.follow(t, pkt, now, wait)
 		due = now + int64(wait)
 	case probing(t, seq, clock):
+		clock.noteProbeFlow(t)
 		p.lone.hold(t, pkt, header.SACKBlock{Start: seq, End: end}, wait)
 		return probes, t.rtxAt + int64(wait), true
 	default:
