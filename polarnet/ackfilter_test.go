@@ -277,7 +277,7 @@ func TestACKDelayHoldsThenReleases(t *testing.T) {
 	q.flush()
 	assert.Len(t, rq.acks(), 2)
 	require.Eventually(t, func() bool {
-		q.clock.runDue(q.clock.read())
+		q.clock.run(q.clock.read())
 		return len(rq.acks()) == 3
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint32(300), rq.acks()[2])
@@ -338,7 +338,7 @@ func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 	assert.Len(t, q.acks.held.tiers[holdBrief].index, 1, "two segments' worth waits briefly")
 	rq := q.queue.(*recordingQueue)
 	require.Eventually(t, func() bool {
-		q.clock.runDue(q.clock.read())
+		q.clock.run(q.clock.read())
 		return len(rq.acks()) == 2
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint32(100+2*1460), rq.acks()[1])
@@ -354,7 +354,7 @@ func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 	assert.Empty(t, q.acks.held.tiers[holdLong].index)
 	rq = q.queue.(*recordingQueue)
 	require.Eventually(t, func() bool {
-		q.clock.runDue(q.clock.read())
+		q.clock.run(q.clock.read())
 		return len(rq.acks()) == 2
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, []uint32{100, 100 + 2*1460}, rq.acks())
@@ -367,7 +367,7 @@ func TestACKDelayBriefPastTwoSegments(t *testing.T) {
 	send(t, q, seg{port: 2, flags: ack, ack: 100 + 2*1460, window: 500})
 	rq = q.queue.(*recordingQueue)
 	require.Eventually(t, func() bool {
-		q.clock.runDue(q.clock.read())
+		q.clock.run(q.clock.read())
 		return len(rq.acks()) == 4
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint32(100+2*1460), rq.acks()[3])
@@ -465,7 +465,7 @@ func TestACKDelayLongOnlyWhereAnswered(t *testing.T) {
 	send(t, q, seg{port: 1, flags: ack, ack: 200, window: 500})
 	assert.Len(t, q.acks.held.tiers[holdBrief].index, 1, "a flow that never sent data: brief")
 	require.Eventually(t, func() bool {
-		q.clock.runDue(q.clock.read())
+		q.clock.run(q.clock.read())
 		return len(rq.acks()) == 2
 	}, 5*time.Second, time.Millisecond)
 
@@ -473,7 +473,7 @@ func TestACKDelayLongOnlyWhereAnswered(t *testing.T) {
 	send(t, q, seg{port: 1, flags: ack, ack: 300, window: 500})
 	assert.Len(t, q.acks.held.tiers[holdLong].index, 1, "once it answers: long")
 	require.Eventually(t, func() bool {
-		q.clock.runDue(q.clock.read())
+		q.clock.run(q.clock.read())
 		return len(rq.acks()) == 4
 	}, 5*time.Second, time.Millisecond, "out when the delay is up")
 

@@ -65,6 +65,9 @@ type shardClock struct {
 	// ACK number (0: never): until lossyMemory after it, probe timers take
 	// lossyFloor, as such a flow's probes do on the way out (recoveryWait).
 	lossyAt atomic.Int64
+	// settle, when set, runs before the first of gVisor's due timers that
+	// run (shard.settle).
+	settle func()
 
 	mu       sync.Mutex
 	timers   timerHeap
@@ -142,33 +145,24 @@ func (c *shardClock) afterFuncExact(d time.Duration, f func()) tcpip.Timer {
 	return t
 }
 
-// runDue calls the timers due at now; the poller calls it, or runOwn, every
-// iteration.
-func (c *shardClock) runDue(now int64) { c.run(now, true) }
-
-// runOwn calls polarnet's timers due at now and leaves gVisor's due ones
-// for a later runDue (see shard.holdTimers).
-func (c *shardClock) runOwn(now int64) { c.run(now, false) }
-
-func (c *shardClock) run(now int64, protocol bool) {
+// run calls the timers due at now; the poller calls it every iteration.
+func (c *shardClock) run(now int64) {
 	if c.earliest.Load() > now {
 		return
 	}
-	var due, kept []*shardTimer
+	var due []*shardTimer
+	settle := false
 	c.mu.Lock()
 	for len(c.timers) > 0 && c.timers[0].when <= now {
 		t := heap.Pop(&c.timers).(*shardTimer)
-		if t.protocol && !protocol {
-			kept = append(kept, t)
-			continue
-		}
+		settle = settle || t.protocol
 		due = append(due, t)
-	}
-	for _, t := range kept {
-		heap.Push(&c.timers, t)
 	}
 	c.rearmLocked()
 	c.mu.Unlock()
+	if settle && c.settle != nil {
+		c.settle()
+	}
 	for _, t := range due {
 		switch {
 		case t.kind != probeTimer:
@@ -186,9 +180,10 @@ func (c *shardClock) run(now int64, protocol bool) {
 // may go, when that is later. gVisor re-arms a pending probe timer without
 // telling the clock when the new deadline is later (probehold.go), so on
 // a flow that keeps sending the clock's wake-up finds a later send's
-// deadline passed, and gVisor sends a probe only for the TX queue to hold:
-// each one more chance to meet an ACK delivered but not yet processed, a
-// spurious recovery (shard.holdTimers). Linux re-arms its probe on every
+// deadline passed, and gVisor sends a probe only for the TX queue to hold
+// and drop with a D-SACK block for it in the ACK that covers it, which
+// gVisor's RACK takes for reordering and widens its reordering window for
+// (rack.go, updateRACKReorderWindow). Linux re-arms its probe on every
 // send; deferred, the timer waits as long. Its flow is known once it has
 // sent a probe (noteProbeFlow); a timer gVisor reset meanwhile is already
 // back in the heap.
@@ -331,9 +326,8 @@ func (t *shardTimer) Reset(d time.Duration) {
 // floorAt is the shortest non-zero delay the timer takes at now. A probe
 // timer's is lossyFloor only while a flow of the shard saw loss lately:
 // elsewhere each flow's probes are held to protocolFloor on the way out
-// anyway, and a timer that fires within it only sends a probe to hold,
-// one more chance for it to find the ACK answering it delivered but not
-// yet processed (shard.holdTimers), which costs a spurious recovery.
+// anyway, and a timer that fires within it only sends a probe to hold and
+// drop with a D-SACK block (deferProbe).
 func (t *shardTimer) floorAt(now int64) time.Duration {
 	c := t.clock
 	if at := c.lossyAt.Load(); t.kind == probeTimer && (at == 0 || now-at >= lossyMemory) {

@@ -21,19 +21,19 @@ func TestShardClockRunsTimersInOrderOnTheLoop(t *testing.T) {
 	assert.True(t, stopped.Stop())
 	assert.False(t, stopped.Stop(), "a stopped timer stops once")
 
-	c.runDue(c.read())
+	c.run(c.read())
 	assert.Empty(t, order, "nothing is due yet")
 	require.Eventually(t, func() bool { return woken.Load() > 0 }, 5*time.Second, time.Millisecond, "the alarm wakes a sleeping poller")
 	deadline := time.Now().Add(5 * time.Second)
 	for len(order) < 2 && time.Now().Before(deadline) {
-		c.runDue(c.read())
+		c.run(c.read())
 		time.Sleep(time.Millisecond)
 	}
 	assert.Equal(t, []int{1, 2}, order)
 
 	again := c.AfterFunc(time.Hour, func() { order = append(order, 3) })
 	again.Reset(0)
-	c.runDue(c.read())
+	c.run(c.read())
 	assert.Equal(t, []int{1, 2, 3}, order, "Reset moves a pending timer")
 }
 
@@ -85,7 +85,7 @@ func TestShardClockMarksProbing(t *testing.T) {
 	probe := c.AfterFunc(time.Hour, record).(*shardTimer)
 	probe.kind = probeTimer
 	probe.Reset(0)
-	c.runDue(c.read())
+	c.run(c.read())
 	assert.Equal(t, []bool{false, true}, during)
 	assert.Nil(t, c.probing.Load(), "after the callback")
 }
@@ -136,45 +136,35 @@ func TestShardClockDefersAProbeForItsFlow(t *testing.T) {
 	assert.Nil(t, probe.flow.Load(), "only from its own callback")
 
 	probe.Reset(0)
-	c.runDue(c.read())
+	c.run(c.read())
 	require.Equal(t, 1, runs, "a timer of no known flow runs")
 	assert.Same(t, &flow, probe.flow.Load())
 
 	probe.Reset(0)
 	may = c.read() + int64(time.Second)
-	c.runDue(c.read())
+	c.run(c.read())
 	assert.Equal(t, 1, runs, "put back")
 	assert.Equal(t, may, probe.when)
-	c.runDue(may - 1)
+	c.run(may - 1)
 	assert.Equal(t, 1, runs)
-	c.runDue(may)
+	c.run(may)
 	assert.Equal(t, 2, runs, "run once the probe may go")
 }
 
-func TestShardClockRunOwnLeavesGVisorTimersDue(t *testing.T) {
+func TestShardClockSettlesBeforeGVisorTimers(t *testing.T) {
 	c := newShardClock(func() {})
-	var fired []string
-	c.AfterFunc(time.Millisecond, func() { fired = append(fired, "gvisor") })
-	c.afterFuncExact(time.Millisecond, func() { fired = append(fired, "own") })
-	later := c.read() + int64(time.Second)
+	var order []string
+	c.settle = func() { order = append(order, "settle") }
+	c.afterFuncExact(0, func() { order = append(order, "own") })
+	c.run(c.read())
+	assert.Equal(t, []string{"own"}, order, "polarnet's own timers need no settling")
 
-	c.runOwn(later)
-	assert.Equal(t, []string{"own"}, fired, "polarnet's timer runs, gVisor's waits")
-	assert.LessOrEqual(t, c.earliest.Load(), later, "gVisor's timer is still due")
-
-	c.runDue(later)
-	assert.Equal(t, []string{"own", "gvisor"}, fired)
-	assert.Equal(t, noTimer, c.earliest.Load())
-}
-
-func TestShardHoldsGVisorTimersWhileFramesArrive(t *testing.T) {
-	var s shard
-	ms := int64(time.Millisecond)
-	assert.False(t, s.holdTimers(0, 1*ms), "an idle iteration runs every timer")
-	assert.True(t, s.holdTimers(3, 2*ms), "a burst's frames are processed first")
-	assert.True(t, s.holdTimers(1, 2*ms+ms/2), "frames that keep coming hold the timers on")
-	assert.False(t, s.holdTimers(2, 3*ms), "for at most maxTimerHold")
-	assert.True(t, s.holdTimers(2, 3*ms+1), "then a new hold begins")
-	assert.False(t, s.holdTimers(0, 3*ms+2), "an empty poll ends it")
-	assert.True(t, s.holdTimers(1, 5*ms), "and the next burst holds anew")
+	order = nil
+	c.afterFuncExact(0, func() { order = append(order, "own") })
+	c.AfterFunc(0, func() { order = append(order, "gvisor") })
+	c.AfterFunc(0, func() { order = append(order, "gvisor") })
+	c.run(c.read())
+	assert.Len(t, order, 4)
+	assert.Equal(t, "settle", order[0], "once, before any timer runs")
+	assert.ElementsMatch(t, []string{"own", "gvisor", "gvisor"}, order[1:])
 }

@@ -93,12 +93,12 @@ func (g *gatedQueue) ReadBurst(frames []link.RxFrame) (int, error) {
 }
 
 // A tail-loss probe timer that comes due in the iteration that brings the
-// ACK answering its probe costs no recovery, even where frames kept coming
-// so long before that gVisor's timers are no longer held for them: the
-// timers run before the burst reaches gVisor, and the probe waits for the
-// burst, whose ACK shows it needless and carries a D-SACK of it. Timers
-// run after the delivery found the ACK queued, unprocessed, and gVisor
-// took the probe for a repair (a recovery, then found spurious).
+// ACK answering its probe costs no recovery, after a run of iterations
+// that delivered frames: the timers run before the burst reaches gVisor,
+// and the probe waits for the burst, whose ACK shows it needless and
+// carries a D-SACK of it. Timers run after the delivery found the ACK
+// queued, unprocessed, and gVisor took the probe for a repair (a
+// recovery, then found spurious).
 func TestProbeDueWithItsAnswer(t *testing.T) {
 	la, lb := pipe.New(pipe.Config{})
 	gated := newGatedLink(la)

@@ -3,6 +3,7 @@ package polarnet
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,9 +66,13 @@ type shard struct {
 	// conns counts open connections, for choosing the least loaded shard.
 	conns atomic.Int64
 	shed  shedding // shed.go
-	// timersHeldSince is when holdTimers began holding gVisor's timers (0:
-	// it is not); the poller's alone.
-	timersHeldSince int64
+	// unsettled: frames were delivered since the last settle; the
+	// poller's alone.
+	unsettled bool
+	// stackMu orders settle before the stack's close: a pause of a closed
+	// stack's TCP processors would never end.
+	stackMu     sync.Mutex
+	stackClosed bool
 }
 
 // shardCounters are a shard's own counters, written by its poller and TX path.
@@ -128,6 +133,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		return finWait1(s.stack, proto, flow)
 	})
 	s.clock.probeDue = s.tx.probeDue
+	s.clock.settle = s.settle
 	s.tx.logWriteError = s.logTxError
 	s.ep = newNICEndpoint(info, cfg.MTU, s.tx)
 	if !cfg.DisableGRO {
@@ -270,7 +276,6 @@ func (s *shard) poll() {
 	defer adaptiveSpinners.leave(&spinning)
 	limit := spinLimit()
 	budget := s.spin // grows and shrinks with the sleeps (nextSpin)
-	delivered := 0   // frames the last iteration gave gVisor
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
 		// The iteration's one clock reading: metrics, timers, spin budget,
@@ -278,15 +283,11 @@ func (s *shard) poll() {
 		now := s.clock.read()
 		s.clock.freeze(now)
 		start := s.burstStart(n, now)
-		// gVisor's due timers run before this burst reaches gVisor, the
-		// last one's when its frames may still wait for the TCP
-		// processors (holdTimers). A tail-loss probe they send is held
-		// back until the burst is delivered (probehold.go).
-		if s.holdTimers(delivered, now) {
-			s.clock.runOwn(now)
-		} else {
-			s.clock.runDue(now)
-		}
+		// gVisor's due timers run before this burst reaches gVisor, once
+		// the TCP processors have handled the frames delivered before
+		// (settle). A tail-loss probe they send is held back until the
+		// burst is delivered (probehold.go).
+		s.clock.run(now)
 		// What one frame (or none) wakes, a TCP processor or the peer's
 		// poller, runs next on this P when we yield or sleep below: no
 		// idle P is woken for it. Otherwise the woken P takes over the
@@ -302,7 +303,7 @@ func (s *shard) poll() {
 			s.deliver(n, backlog)
 		}
 		n += s.receiveHandoffs()
-		delivered = n
+		s.unsettled = s.unsettled || n > 0
 		if s.gro != nil {
 			s.gro.flush()
 		}
@@ -353,32 +354,34 @@ func (s *shard) poll() {
 	}
 }
 
-// maxTimerHold bounds how long holdTimers keeps gVisor's due timers waiting
-// while frames keep arriving.
-const maxTimerHold = time.Millisecond
+// settle waits until gVisor's TCP processors have handled every frame
+// delivered since the last settle; the clock calls it before gVisor's due
+// timers. gVisor runs a timer's callback on an endpoint's state without
+// first processing the segments queued for it (tcp.timerHandler), and the
+// frames of a burst wait in those queues until a processor runs: a probe,
+// retransmission or reordering timer fired against an ACK that had arrived
+// before it was due, and the flow entered a spurious recovery
+// (docs/benchmarks.md). A pause of the processors ends once their queues
+// are empty (tcp's dispatcher.pause).
+func (s *shard) settle() {
+	if !s.unsettled {
+		return
+	}
+	s.unsettled = false
+	s.stackMu.Lock()
+	defer s.stackMu.Unlock()
+	if !s.stackClosed {
+		s.stack.Pause()
+		s.stack.Resume()
+	}
+}
 
-// holdTimers reports whether gVisor's due timers wait for the next
-// iteration because the last one delivered n frames. gVisor runs a timer's
-// callback on an endpoint's state without first processing the segments
-// queued for it (tcp.timerHandler), and the frames of a burst wait in those
-// queues until the TCP processors run, after the iteration that delivered
-// them. So once the poller had been held up, a retransmission, probe or
-// reordering timer fired against ACKs that had arrived before it was due,
-// and the flow entered a spurious recovery (docs/benchmarks.md). Frames
-// that keep coming hold the timers for at most maxTimerHold at a time.
-func (s *shard) holdTimers(n int, now int64) bool {
-	if n == 0 {
-		s.timersHeldSince = 0
-		return false
-	}
-	if s.timersHeldSince == 0 {
-		s.timersHeldSince = now
-	}
-	if time.Duration(now-s.timersHeldSince) < maxTimerHold {
-		return true
-	}
-	s.timersHeldSince = 0
-	return false
+// closeStack aborts the shard's endpoints and stops its TCP processors.
+func (s *shard) closeStack() {
+	s.stackMu.Lock()
+	s.stackClosed = true
+	s.stackMu.Unlock()
+	s.stack.Close()
 }
 
 // sleep waits for RX frames. From the moment pollerAwake is cleared, writers

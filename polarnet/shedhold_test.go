@@ -31,7 +31,7 @@ func TestShedHold(t *testing.T) {
 	now := sh.clock.read()
 	at := func(d time.Duration) int64 {
 		sh.clock.freeze(now + int64(d))
-		sh.clock.runDue(now + int64(d))
+		sh.clock.run(now + int64(d))
 		return now + int64(d)
 	}
 

@@ -127,7 +127,7 @@ func (s *Stack) Close() error {
 		s.closeListeners()
 		// Abort endpoints while pollers still run, so resets reach peers.
 		for _, sh := range s.shards {
-			sh.stack.Close()
+			sh.closeStack()
 		}
 		for _, sh := range s.shards {
 			sh.stop()
