@@ -218,16 +218,8 @@ func (c *shardClock) noteProbeFlow(f *flowTail) {
 		return
 	}
 	var pcs [64]uintptr
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
-	for {
-		fr, more := frames.Next()
-		if fr.Function == runName {
-			t.flow.Store(f)
-			return
-		}
-		if !more {
-			return
-		}
+	if callerNamed(pcs[:runtime.Callers(2, pcs[:])], func(name string) bool { return name == runName }) {
+		t.flow.Store(f)
 	}
 }
 

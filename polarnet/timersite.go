@@ -61,17 +61,29 @@ func creatingTimer(skip int) timerKind {
 		return known.(timerKind)
 	}
 	kind := otherTimer
-	frames := runtime.CallersFrames(pcs[:n])
-	for {
-		f, more := frames.Next()
-		if k, ok := timerArmers[f.Function]; ok {
+	callerNamed(pcs[:n], func(name string) bool {
+		k, ok := timerArmers[name]
+		if ok {
 			kind = k
-			break
 		}
-		if !more {
-			break
-		}
-	}
+		return ok
+	})
 	timerSites.Store(pcs, kind)
 	return kind
+}
+
+// callerNamed reports whether a function of the call stack pcs (from
+// runtime.Callers) satisfies is, asked of each frame's runtime name from
+// the innermost until it says yes.
+func callerNamed(pcs []uintptr, is func(name string) bool) bool {
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if is(f.Function) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
