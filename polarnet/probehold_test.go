@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 
 	"github.com/polarnet/polarnet/internal/frame"
 )
@@ -36,6 +37,17 @@ func (c loneConn) peerACK(ack uint32) (header.SACKBlock, bool) {
 	return c.q.received(h, h.tcp(), true)
 }
 
+// requireNeedless passes the peer's ACK of ack, which covers the withheld
+// probe of the segment at seq: it shows the probe needless, is to carry a
+// D-SACK of it, and the probe never leaves.
+func (c loneConn) requireNeedless(ack, seq uint32) {
+	c.t.Helper()
+	dsack, needless := c.peerACK(ack)
+	require.True(c.t, needless, "the ACK covering the probe")
+	assert.Equal(c.t, header.SACKBlock{Start: seqnum.Value(seq), End: seqnum.Value(ack)}, dsack)
+	assert.Empty(c.t, c.after(time.Second), "dropped")
+}
+
 // A probe within the floor after the flow's last segment is withheld; an
 // ACK that covers it shows it needless: it is dropped, never sent, and
 // the ACK is to carry a D-SACK of it.
@@ -46,10 +58,7 @@ func TestProbeWithheldThenNeedless(t *testing.T) {
 	require.False(t, c.probe(2000, 102), "withheld")
 	_, needless := c.peerACK(2000)
 	assert.False(t, needless, "an ACK below the probe")
-	dsack, needless := c.peerACK(3000)
-	require.True(t, needless, "the ACK covering it")
-	assert.Equal(t, header.SACKBlock{Start: 2000, End: 3000}, dsack)
-	assert.Empty(t, c.after(time.Second), "dropped")
+	c.requireNeedless(3000, 2000)
 	assert.Equal(t, uint64(1), c.q.stats.probesHeld.Load())
 	assert.Equal(t, uint64(1), c.q.stats.probesNeedless.Load())
 	assert.Zero(t, c.q.stats.probesReleased.Load())
@@ -90,10 +99,7 @@ func TestProbePastTheFloor(t *testing.T) {
 	c.data(3000, 160)
 	c.q.clock.freeze(c.q.clock.now() + int64(c.q.loneDelay()))
 	require.False(t, c.probe(3000, 170))
-	dsack, needless := c.peerACK(4000)
-	require.True(t, needless, "an ACK in the burst answers it")
-	assert.Equal(t, header.SACKBlock{Start: 3000, End: 4000}, dsack)
-	assert.Empty(t, c.after(time.Second), "dropped")
+	c.requireNeedless(4000, 3000) // an ACK in the burst answers it
 	assert.Equal(t, uint64(1), c.q.stats.probesNeedless.Load())
 	assert.Equal(t, uint64(1), c.q.stats.probesReleased.Load())
 }
