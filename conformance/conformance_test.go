@@ -32,9 +32,4 @@ func TestConformance(t *testing.T) {
 var knownFailures = map[string]string{}
 
 // knownShardedFailures are known failures with -queues > 1.
-var knownShardedFailures = map[string]string{
-	"listen-backlog-overflow/k2p": shardedBacklog,
-	"listen-backlog-overflow/p2p": shardedBacklog,
-}
-
-const shardedBacklog = "by design: each shard's listener has an equal share of the accept queue (backlog+1 split over N shards, rounded up), so how many connections queue depends on how the flows spread over shards (here 2 to 4, not 3)"
+var knownShardedFailures = map[string]string{}

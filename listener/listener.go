@@ -32,7 +32,8 @@ type ListenConfig struct {
 	KeepAlive time.Duration
 	// KeepAliveConfig, when Enable is true, configures keep-alive in full.
 	KeepAliveConfig net.KeepAliveConfig
-	// Backlog is the accept queue length per shard. Zero: 4096.
+	// Backlog is listen(2)'s backlog: Backlog+1 connections queue for
+	// Accept, over all shards, as Linux queues them. Zero: 4096.
 	Backlog int
 	// Control is called on the kernel path only, as net.ListenConfig calls
 	// it: a polarnet listener has no file descriptor to hand it.

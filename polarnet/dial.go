@@ -175,9 +175,8 @@ func (s *Stack) local(ap netip.AddrPort) netip.AddrPort {
 // ListenTCP listens on laddr on every shard. An unspecified address with
 // network "tcp" listens on IPv4 and IPv6, as Go's net does; port 0 picks a
 // free port. backlog <= 0 takes 4096, like Linux's default somaxconn. The
-// accept queue holds backlog+1 connections, as Linux's does; with N shards
-// each shard's listener holds an equal share of it (rounded up), so how many
-// queue before SYNs are dropped depends on how flows spread over shards.
+// accept queue holds backlog+1 connections, as Linux's does, over all
+// shards (acceptqueue.go).
 func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, keepAlive net.KeepAliveConfig) (*TCPListener, error) {
 	laddr = unmap(laddr)
 	if backlog <= 0 {
@@ -201,9 +200,12 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 	proto, dualStack := listenProto(network, laddr.Addr())
 	// gVisor takes Listen's argument as the accept queue's capacity; Linux
 	// (and gVisor's own listen(2)) queues backlog+1.
-	perShard := (backlog + len(s.shards)) / len(s.shards)
+	limit := backlog + 1
 	for retries := ephemeralListenRetries; ; retries-- {
-		retry, err := s.listenOnShards(l, laddr, proto, dualStack, perShard)
+		if len(s.shards) > 1 {
+			l.queue = s.accepts.newQueue(limit)
+		}
+		retry, err := s.listenOnShards(l, laddr, proto, dualStack, limit)
 		if err == nil {
 			break
 		}
@@ -214,6 +216,9 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 	}
 	a, _ := l.eps[0].ep.GetLocalAddress()
 	l.addr = net.TCPAddrFromAddrPort(boundAddr(a, proto))
+	if l.queue != nil {
+		l.queue.listen(boundTo(laddr), a.Port)
+	}
 	if !s.track(l) {
 		return fail(net.ErrClosed)
 	}
@@ -237,16 +242,20 @@ func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip
 			return false, syscallErr("socket", terr)
 		}
 		le := listenEndpoint{ep: ep, wq: wq, shard: sh}
-		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents, func(waiter.EventMask) { l.notify() })
+		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents|waiter.EventHUp, func(m waiter.EventMask) {
+			// gVisor notifies a listener of exactly ReadableEvents once
+			// for each connection it queues; closing adds EventHUp.
+			if m == waiter.ReadableEvents && l.queue != nil {
+				l.queue.add(1)
+			}
+			l.notify()
+		})
 		wq.EventRegister(&le.entry)
 		l.eps = append(l.eps, le)
 		if proto == ipv6.ProtocolNumber {
 			ep.SocketOptions().SetV6Only(!dualStack)
 		}
-		bind := tcpip.FullAddress{Port: port}
-		if laddr.Addr().IsValid() && !laddr.Addr().IsUnspecified() {
-			bind.Addr = tcpip.AddrFromSlice(laddr.Addr().AsSlice())
-		}
+		bind := tcpip.FullAddress{Addr: boundTo(laddr), Port: port}
 		if terr := ep.Bind(bind); terr != nil {
 			_, inUse := terr.(*tcpip.ErrPortInUse)
 			return inUse && laddr.Port() == 0 && len(l.eps) > 1, syscallErr("bind", terr)
@@ -261,6 +270,14 @@ func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip
 		}
 	}
 	return false, nil
+}
+
+// boundTo is the address a listener on laddr binds: zero for any.
+func boundTo(laddr netip.AddrPort) tcpip.Address {
+	if !laddr.Addr().IsValid() || laddr.Addr().IsUnspecified() {
+		return tcpip.Address{}
+	}
+	return tcpip.AddrFromSlice(laddr.Addr().AsSlice())
 }
 
 // track registers a listener so Stack.Close can close it; false if the stack

@@ -49,3 +49,14 @@ func HandshakeRTT(c *TCPConn) time.Duration {
 	}
 	return info.RTT
 }
+
+// Queued is how many connections l's shards hold for Accept, as its shared
+// accept queue counts them; -1 for a listener of one shard, which has none.
+func Queued(l *TCPListener) int {
+	if l.queue == nil {
+		return -1
+	}
+	l.queue.mu.Lock()
+	defer l.queue.mu.Unlock()
+	return l.queue.queued
+}

@@ -465,6 +465,9 @@ func (s *shard) deliver(n int, backlog bool) {
 			dst = s.owner.owner(h)
 		}
 		th := h.validTCP()
+		if th != nil && s.owner.accepts.overflow(s.shardOf(dst).stack, h, th) {
+			continue
+		}
 		if suspect && th != nil && bare(h, th) && forNoConnection(s.shardOf(dst).stack, h, th) {
 			if request := connectionRequest(th); !request || shedRequests {
 				if request {

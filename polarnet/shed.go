@@ -238,13 +238,17 @@ func forNoConnection(st *stack.Stack, h *rxHeaders, th header.TCP) bool {
 	if connectionRequest(th) {
 		return true
 	}
+	e := endpointFor(st, h, th)
+	return e == nil || e.EndpointState() == tcp.StateListen
+}
+
+// endpointFor returns the endpoint of st that th, received with h, finds
+// (a connection's, or its listener's); nil if none.
+func endpointFor(st *stack.Stack, h *rxHeaders, th header.TCP) *tcp.Endpoint {
 	ep := st.FindTransportEndpoint(h.ethType, tcp.ProtocolNumber, stack.TransportEndpointID{
 		LocalPort: th.DestinationPort(), LocalAddress: h.dst,
 		RemotePort: th.SourcePort(), RemoteAddress: h.src,
 	}, nicID)
-	if ep == nil {
-		return true
-	}
-	e, ok := ep.(*tcp.Endpoint)
-	return ok && e.EndpointState() == tcp.StateListen
+	e, _ := ep.(*tcp.Endpoint)
+	return e
 }

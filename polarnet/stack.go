@@ -37,6 +37,9 @@ type Stack struct {
 	// allowed tells the link the connections while it sheds stray
 	// segments; nil when it cannot (shed.go).
 	allowed *allowedFlows
+	// accepts holds sharded listeners' accept queues to their limit
+	// (acceptqueue.go).
+	accepts acceptQueues
 
 	mu        sync.Mutex
 	closed    bool

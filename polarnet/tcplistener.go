@@ -19,6 +19,9 @@ type TCPListener struct {
 	addr      *net.TCPAddr
 	keepAlive net.KeepAliveConfig
 	eps       []listenEndpoint
+	// queue holds the shards' accept queues to one limit; nil with one
+	// shard, whose gVisor listener keeps it.
+	queue *sharedQueue
 
 	mu   sync.Mutex // guards next and the accept attempts
 	next int
@@ -100,6 +103,9 @@ func (l *TCPListener) tryAccept() (*TCPConn, error) {
 		switch terr.(type) {
 		case nil:
 			l.next = idx + 1
+			if l.queue != nil {
+				l.queue.add(-1)
+			}
 			// More may be queued on this shard: keep the signal alive.
 			l.notify()
 			c := newTCPConn(ep, wq, l.network, l.eps[idx].shard)
@@ -144,6 +150,9 @@ func (l *TCPListener) closeEndpoints() {
 		l.eps[i].ep.Close()
 	}
 	l.eps = nil
+	if l.queue != nil {
+		l.queue.close()
+	}
 }
 
 // SetDeadline sets the deadline for Accept; the zero time removes it. After
