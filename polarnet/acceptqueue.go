@@ -11,22 +11,29 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
-// sharedQueue is the accept queue a listener's shards share. Each shard's
-// gVisor listener may queue all of backlog+1 itself, since its flows are
-// whichever the link steers to it; the shards' queues together are held
-// to backlog+1 here, in the poller, as Linux holds one listener's: while
-// they hold that many, connection requests and the ACKs that would complete
-// a handshake are dropped before they reach gVisor, so peers retransmit.
+// sharedQueue is the accept queue a listener's shards share, held to
+// backlog+1 connections as Linux holds one listener's. Each shard's gVisor
+// listener gets an equal share of it (rounded up) as its capacity, which
+// also bounds its half-open connections (gVisor answers with SYN cookies
+// beyond capacity-1), so together they hold about one backlog of them, as
+// Linux does. The limit over all shards is kept here: while the shards hold
+// backlog+1, the poller drops connection requests and the ACKs that would
+// complete a handshake before gVisor sees them, so peers retransmit; and a
+// shard's listener is never left full while the limit has room: one of its
+// connections is moved out, to the listener's spill (TCPListener.spill),
+// since the link, not the listener, chooses which shard a flow reaches.
 type sharedQueue struct {
-	owner *acceptQueues
-	limit int
-	addr  tcpip.Address // zero: any address
-	port  uint16
+	owner    *acceptQueues
+	limit    int
+	capacity int           // each shard's listener's
+	addr     tcpip.Address // zero: any address
+	port     uint16
 
 	full atomic.Bool // queued >= limit, read by every poller
 
 	mu     sync.Mutex
-	queued int // connections established and not yet accepted, every shard's
+	queued int   // connections established and not yet accepted, in all
+	shards []int // of those, in each shard's listener
 	closed bool
 }
 
@@ -40,10 +47,10 @@ type acceptQueues struct {
 	queues atomic.Pointer[[]*sharedQueue] // replaced whole under mu
 }
 
-// newQueue returns a shared queue of limit connections; it holds no
-// segments back until listen tells it its listener's address.
-func (a *acceptQueues) newQueue(limit int) *sharedQueue {
-	return &sharedQueue{owner: a, limit: limit}
+// newQueue returns a shared queue of limit connections over shards; it
+// holds no segments back until listen tells it its listener's address.
+func (a *acceptQueues) newQueue(limit, shards int) *sharedQueue {
+	return &sharedQueue{owner: a, limit: limit, capacity: (limit + shards - 1) / shards, shards: make([]int, shards)}
 }
 
 // listen makes q the queue of the listener on addr (zero: any) and port.
@@ -77,14 +84,34 @@ func (q *sharedQueue) close() {
 	}
 }
 
-// add counts n connections established (n > 0) or accepted (n < 0).
-func (q *sharedQueue) add(n int) {
+// queuedOn counts a connection queued in shard's listener.
+func (q *sharedQueue) queuedOn(shard int) (spill int) { return q.add(shard, 1, 1) }
+
+// acceptedFrom counts a connection Accept took from shard's listener, or
+// from the spill (shard -1).
+func (q *sharedQueue) acceptedFrom(shard int) (spill int) {
+	if shard < 0 {
+		return q.add(-1, 0, -1)
+	}
+	return q.add(shard, -1, -1)
+}
+
+// spilledFrom counts a connection moved from shard's listener to the spill.
+func (q *sharedQueue) spilledFrom(shard int) (spill int) { return q.add(shard, -1, 0) }
+
+// add changes the count of shard (if not -1) by n and the total by total,
+// and returns a shard whose listener is full while the limit has room
+// (-1: none).
+func (q *sharedQueue) add(shard, n, total int) (spill int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return
+		return -1
 	}
-	q.queued += n
+	if shard >= 0 {
+		q.shards[shard] += n
+	}
+	q.queued += total
 	full := q.queued >= q.limit
 	if q.full.Swap(full) != full {
 		if full {
@@ -93,6 +120,14 @@ func (q *sharedQueue) add(n int) {
 			q.owner.full.Add(-1)
 		}
 	}
+	if !full {
+		for i, held := range q.shards {
+			if held >= q.capacity {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // find returns the queue of the listener that gets segments for dst and

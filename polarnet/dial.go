@@ -191,7 +191,9 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 		stack:     s,
 	}
 	fail := func(err error) (*TCPListener, error) {
+		l.mu.Lock()
 		l.closeEndpoints()
+		l.mu.Unlock()
 		return nil, opError("listen", network, nil, net.TCPAddrFromAddrPort(laddr), err)
 	}
 	if s.isClosed() {
@@ -199,21 +201,28 @@ func (s *Stack) ListenTCP(network string, laddr netip.AddrPort, backlog int, kee
 	}
 	proto, dualStack := listenProto(network, laddr.Addr())
 	// gVisor takes Listen's argument as the accept queue's capacity; Linux
-	// (and gVisor's own listen(2)) queues backlog+1.
-	limit := backlog + 1
+	// (and gVisor's own listen(2)) queues backlog+1. With several shards
+	// each listener gets its share (acceptqueue.go).
+	capacity := backlog + 1
+	// mu keeps a spill (acceptqueue.go) from reading l.eps while they are
+	// made.
+	l.mu.Lock()
 	for retries := ephemeralListenRetries; ; retries-- {
 		if len(s.shards) > 1 {
-			l.queue = s.accepts.newQueue(limit)
+			l.queue = s.accepts.newQueue(backlog+1, len(s.shards))
+			capacity = l.queue.capacity
 		}
-		retry, err := s.listenOnShards(l, laddr, proto, dualStack, limit)
+		retry, err := s.listenOnShards(l, laddr, proto, dualStack, capacity)
 		if err == nil {
 			break
 		}
+		l.closeEndpoints()
 		if !retry || retries == 0 {
+			l.mu.Unlock()
 			return fail(err)
 		}
-		l.closeEndpoints()
 	}
+	l.mu.Unlock()
 	a, _ := l.eps[0].ep.GetLocalAddress()
 	l.addr = net.TCPAddrFromAddrPort(boundAddr(a, proto))
 	if l.queue != nil {
@@ -233,7 +242,7 @@ const ephemeralListenRetries = 16
 // laddr's port or, for port 0, on the one the first shard picks. retry
 // reports a failure worth another attempt: that pick was taken on a later
 // shard, by one of its own conns.
-func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip.NetworkProtocolNumber, dualStack bool, perShard int) (retry bool, err error) {
+func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip.NetworkProtocolNumber, dualStack bool, capacity int) (retry bool, err error) {
 	port := laddr.Port()
 	for _, sh := range s.shards {
 		wq := new(waiter.Queue)
@@ -242,11 +251,12 @@ func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip
 			return false, syscallErr("socket", terr)
 		}
 		le := listenEndpoint{ep: ep, wq: wq, shard: sh}
+		idx := len(l.eps)
 		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents|waiter.EventHUp, func(m waiter.EventMask) {
 			// gVisor notifies a listener of exactly ReadableEvents once
 			// for each connection it queues; closing adds EventHUp.
 			if m == waiter.ReadableEvents && l.queue != nil {
-				l.queue.add(1)
+				l.spillFrom(l.queue.queuedOn(idx))
 			}
 			l.notify()
 		})
@@ -260,7 +270,7 @@ func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip
 			_, inUse := terr.(*tcpip.ErrPortInUse)
 			return inUse && laddr.Port() == 0 && len(l.eps) > 1, syscallErr("bind", terr)
 		}
-		if terr := ep.Listen(perShard); terr != nil {
+		if terr := ep.Listen(capacity); terr != nil {
 			return false, syscallErr("listen", terr)
 		}
 		if port == 0 {

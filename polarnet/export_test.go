@@ -60,3 +60,10 @@ func Queued(l *TCPListener) int {
 	defer l.queue.mu.Unlock()
 	return l.queue.queued
 }
+
+// Spilled is how many connections wait in l's spill.
+func Spilled(l *TCPListener) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.spill)
+}

@@ -22,6 +22,10 @@ type TCPListener struct {
 	// queue holds the shards' accept queues to one limit; nil with one
 	// shard, whose gVisor listener keeps it.
 	queue *sharedQueue
+	// spill holds connections moved out of a shard's full listener while
+	// the limit had room (acceptqueue.go), for Accept to take first;
+	// guarded by mu.
+	spill []spilledConn
 
 	mu   sync.Mutex // guards next and the accept attempts
 	next int
@@ -30,6 +34,13 @@ type TCPListener struct {
 	deadline  *deadline
 	closeOnce sync.Once
 	closed    chan struct{}
+}
+
+// spilledConn is a connection taken from shard's listener for the spill.
+type spilledConn struct {
+	ep    tcpip.Endpoint
+	wq    *waiter.Queue
+	shard *shard
 }
 
 type listenEndpoint struct {
@@ -97,6 +108,13 @@ func (l *TCPListener) tryAccept() (*TCPConn, error) {
 		// backlog and Accept reports a temporary error.
 		return nil, l.opErr(errTooManyConns("accept"))
 	}
+	if len(l.spill) > 0 {
+		c := l.spill[0]
+		l.spill = l.spill[1:]
+		l.spillFrom(l.queue.acceptedFrom(-1))
+		l.notify()
+		return l.newConn(c.ep, c.wq, c.shard), nil
+	}
 	for i := range l.eps {
 		idx := (l.next + i) % len(l.eps)
 		ep, wq, terr := l.eps[idx].ep.Accept(nil)
@@ -104,15 +122,11 @@ func (l *TCPListener) tryAccept() (*TCPConn, error) {
 		case nil:
 			l.next = idx + 1
 			if l.queue != nil {
-				l.queue.add(-1)
+				l.spillFrom(l.queue.acceptedFrom(idx))
 			}
 			// More may be queued on this shard: keep the signal alive.
 			l.notify()
-			c := newTCPConn(ep, wq, l.network, l.eps[idx].shard)
-			if l.keepAlive.Enable {
-				c.SetKeepAliveConfig(l.keepAlive)
-			}
-			return c, nil
+			return l.newConn(ep, wq, l.eps[idx].shard), nil
 		case *tcpip.ErrWouldBlock:
 		default:
 			l.stack.releaseConn()
@@ -124,6 +138,37 @@ func (l *TCPListener) tryAccept() (*TCPConn, error) {
 	}
 	l.stack.releaseConn()
 	return nil, nil
+}
+
+func (l *TCPListener) newConn(ep tcpip.Endpoint, wq *waiter.Queue, sh *shard) *TCPConn {
+	c := newTCPConn(ep, wq, l.network, sh)
+	if l.keepAlive.Enable {
+		c.SetKeepAliveConfig(l.keepAlive)
+	}
+	return c
+}
+
+// spillFrom moves, from a goroutine of its own, one connection out of shard
+// i's listener to the spill (nothing for i -1): its listener is full while
+// the shared queue has room. Callers hold mu or gVisor's locks.
+func (l *TCPListener) spillFrom(i int) {
+	if i < 0 {
+		return
+	}
+	go func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if i >= len(l.eps) {
+			return // closed
+		}
+		ep, wq, terr := l.eps[i].ep.Accept(nil)
+		if terr != nil {
+			return // Accept took them meanwhile
+		}
+		l.spill = append(l.spill, spilledConn{ep: ep, wq: wq, shard: l.eps[i].shard})
+		l.notify()
+		l.spillFrom(l.queue.spilledFrom(i))
+	}()
 }
 
 func (l *TCPListener) opErr(err error) error { return opError("accept", l.network, nil, l.addr, err) }
@@ -153,6 +198,13 @@ func (l *TCPListener) closeEndpoints() {
 	if l.queue != nil {
 		l.queue.close()
 	}
+	// Reset what waited in the spill, as gVisor resets what waits in a
+	// listener's queue.
+	for _, c := range l.spill {
+		c.ep.Abort()
+		c.ep.Close()
+	}
+	l.spill = nil
 }
 
 // SetDeadline sets the deadline for Accept; the zero time removes it. After
