@@ -18,7 +18,6 @@ import (
 	"github.com/polarnet/polarnet/internal/rrbench"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
-	"github.com/polarnet/polarnet/link/linktest"
 )
 
 // floodWindow is how long each flood runs while the established
@@ -55,14 +54,11 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	dst := ln.Addr().(*net.TCPAddr).AddrPort()
-	raw := e.raw(t)
 
 	k1, s1 := e.accept(t, ln)
 	k2, s2 := e.accept(t, ln)
 	up, down := startStream(k1, s1, 1, pace{}), startStream(s2, k2, 2, pace{})
 	rates(floodWindow/2, up, down) // out of slow start
-	base := rates(floodWindow, up, down)
-	t.Logf("unloaded: kernel→stack %s/s, stack→kernel %s/s", mib(uint64(base[0])), mib(uint64(base[1])))
 
 	// A rate the stack absorbs, with the race detector's slowdown too.
 	absorbed := 10_000
@@ -91,7 +87,11 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 			engaged := func() uint64 { return tc.engaged() - engagedBefore }
 			rxBefore, shedBefore, linkShedBefore := e.Stack.Stats().Total.RxFrames, e.Stack.Stats().Total.RxShed, tapShed(e)
 			heap := sampleHeap()
-			f := startFlood(raw, 1<<30, tc.rate, spoofedSegments(tc.flags, uint64(tc.rate), e.stackMAC, dst))
+			preRates := rates(floodWindow/2, up, down)
+			f := startFloodProcess(t, e.NS, floodOrder{
+				Device: e.Device, Flags: tc.flags, Rate: tc.rate, Seed: uint64(tc.rate),
+				DstMAC: e.stackMAC.String(), Dst: dst.String(),
+			})
 			loaded := rates(floodWindow, up, down)
 			// SYN cookies engage once the SYN queue is full: after a
 			// backlog's worth of SYNs, however long the stack takes to see
@@ -106,6 +106,7 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 			}
 			sent, sentRate, floodErr := f.stop()
 			resumed := moving(t, up, down)
+			postRates := rates(floodWindow/2, up, down)
 			peak := heap.finish()
 			retained := int64(liveHeap()) - int64(before)
 			require.NoError(t, floodErr)
@@ -119,8 +120,7 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 			t.Logf("%d %ss at %.0f/s; the TAP shed %d, the stack received %d frames and shed %d, its defence engaged %d times; heap %s before, peak in use %s, %s retained",
 				sent, kind, sentRate, tapShed(e)-linkShedBefore, e.Stack.Stats().Total.RxFrames-rxBefore, e.Stack.Stats().Total.RxShed-shedBefore,
 				engaged(), mib(before), mib(peak), mib(uint64(max(retained, 0))))
-			t.Logf("throughput under the flood: kernel→stack %.3f of unloaded, stack→kernel %.3f; both moved again %v after it",
-				loaded[0]/base[0], loaded[1]/base[1], resumed.Round(time.Millisecond))
+			logShare(t, "kernel→stack", "stack→kernel", preRates, loaded, postRates, resumed)
 		})
 	}
 	deadline(ioBound, k1, s1, k2, s2)
@@ -129,6 +129,25 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 	t.Logf("%d frames lost in the TAP queue towards the stack", tapDropped(e))
 	t.Run("kernel reference, SYN max rate", func(t *testing.T) { kernelFlood(t, frame.FlagSYN) })
 	t.Run("kernel reference, ACK max rate", func(t *testing.T) { kernelFlood(t, frame.FlagACK) })
+}
+
+// logShare logs the rate of two streams (up, down) under a flood over
+// their unloaded rate, both together and each, the unloaded rate being the
+// mean of what they moved just before the flood and just after it: the
+// two streams share the CPUs unevenly and their split drifts, so one
+// window alone, or one stream, would mostly measure that drift.
+func logShare(t *testing.T, up, down string, before, loaded, after []float64, resumed time.Duration) {
+	t.Helper()
+	unloaded := make([]float64, len(before))
+	for i := range before {
+		unloaded[i] = (before[i] + after[i]) / 2
+	}
+	t.Logf("unloaded: %s %s/s, %s %s/s (before the flood %s/s and %s/s, after it %s/s and %s/s)",
+		up, mib(uint64(unloaded[0])), down, mib(uint64(unloaded[1])),
+		mib(uint64(before[0])), mib(uint64(before[1])), mib(uint64(after[0])), mib(uint64(after[1])))
+	t.Logf("throughput under the flood: %.3f of unloaded (%s %.3f, %s %.3f); both moved again %v after it",
+		(loaded[0]+loaded[1])/(unloaded[0]+unloaded[1]), up, loaded[0]/unloaded[0], down, loaded[1]/unloaded[1],
+		resumed.Round(time.Millisecond))
 }
 
 // spoofedSegments returns a frame maker for startFlood: TCP segments with
@@ -169,12 +188,6 @@ func kernelFlood(t *testing.T, flags uint8) {
 	require.NoError(t, err)
 	_, serverMAC := vethEnd(t, server)
 	clientDev, _ := vethEnd(t, client)
-	var raw *linktest.PacketSocketLink
-	require.NoError(t, client.Do(func() (err error) {
-		raw, err = linktest.OpenPacketSocket(clientDev)
-		return err
-	}))
-	t.Cleanup(func() { raw.Close() })
 
 	ln := kpeer.Listen(t, server, rrbench.K2KServer.Addr())
 	dst := ln.Addr().(*net.TCPAddr).AddrPort()
@@ -190,12 +203,13 @@ func kernelFlood(t *testing.T, flags uint8) {
 	c2, s2 := accept()
 	up, down := startStream(c1, s1, 1, pace{}), startStream(s2, c2, 2, pace{})
 	rates(floodWindow/2, up, down) // out of slow start
-	base := rates(floodWindow, up, down)
-	f := startFlood(raw, 1<<30, 0, spoofedSegments(flags, 0, serverMAC, dst))
+	preRates := rates(floodWindow/2, up, down)
+	f := startFloodProcess(t, client, floodOrder{Device: clientDev, Flags: flags, DstMAC: serverMAC.String(), Dst: dst.String()})
 	loaded := rates(floodWindow, up, down)
 	sent, sentRate, floodErr := f.stop()
 	require.NoError(t, floodErr)
 	resumed := moving(t, up, down)
+	postRates := rates(floodWindow/2, up, down)
 	assert.NoError(t, up.finish(), "client→server stream")
 	assert.NoError(t, down.finish(), "server→client stream")
 	out, err := server.Exec("nstat", "-asz", "TcpExtSyncookiesSent") // #kernel, then name, value, rate
@@ -203,10 +217,8 @@ func kernelFlood(t *testing.T, flags uint8) {
 	counter := strings.Fields(out)
 	require.Len(t, counter, 4, out)
 	kind := map[uint8]string{frame.FlagSYN: "SYN", frame.FlagACK: "ACK"}[flags]
-	t.Logf("unloaded: client→server %s/s, server→client %s/s; %d %ss at %.0f/s, the server sent %s SYN cookies",
-		mib(uint64(base[0])), mib(uint64(base[1])), sent, kind, sentRate, counter[2])
-	t.Logf("throughput under the flood: client→server %.3f of unloaded, server→client %.3f; both moved again %v after it",
-		loaded[0]/base[0], loaded[1]/base[1], resumed.Round(time.Millisecond))
+	t.Logf("%d %ss at %.0f/s, the server sent %s SYN cookies", sent, kind, sentRate, counter[2])
+	logShare(t, "client→server", "server→client", preRates, loaded, postRates, resumed)
 }
 
 // vethEnd returns the name and link address of the interface in ns that
