@@ -8,7 +8,8 @@ import "net/netip"
 // poller. Under a SYN flood the poller cannot drain a ring at the rate a
 // peer fills it, and a full ring drops the frames of established
 // connections with the flood's; the engine turns shedding on while its
-// bursts show such a flood, and off again to see whether it has ended.
+// bursts show such a flood, and off again once the queue's count of what
+// it shed shows the flood has ended.
 type SYNShedder interface {
 	// ShedSYNs turns shedding on or off for the queue. While it is on, the
 	// queue drops connection requests but for a random sample (one in
@@ -18,6 +19,9 @@ type SYNShedder interface {
 	// cannot shed (its device refused the program), and then is not
 	// called again.
 	ShedSYNs(on bool) error
+	// SYNsShed returns how many connection requests the queue has dropped
+	// since it was made.
+	SYNsShed() uint64
 }
 
 // ShedSample is the share of connection requests a shedding queue lets
@@ -37,6 +41,9 @@ type StrayShedder interface {
 	// cookie) still gets some through; other frames pass as before. It
 	// returns ErrNotSupported when the queue cannot shed.
 	ShedStrays(on bool) error
+	// StraysShed returns how many stray segments the queue has dropped
+	// since it was made.
+	StraysShed() uint64
 	// AllowFlows lets the bare segments of flows pass while any queue of
 	// the link sheds. A link holds a bounded number of flows and may
 	// forget the ones allowed longest ago.

@@ -110,10 +110,10 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		done:   make(chan struct{}),
 	}
 	if l, ok := q.(link.SYNShedder); ok {
-		s.shed.syns.turn = l.ShedSYNs
+		s.shed.syns.turn, s.shed.syns.shed = l.ShedSYNs, l.SYNsShed
 	}
 	if l, ok := q.(link.StrayShedder); ok && st.allowed != nil {
-		s.shed.strays.turn = l.ShedStrays
+		s.shed.strays.turn, s.shed.strays.shed = l.ShedStrays, l.StraysShed
 	}
 	if info.Caps&link.CapGSO != 0 {
 		// A link that segments for us may also hand us coalesced frames.
@@ -515,11 +515,11 @@ func (s *shard) deliver(n int, backlog bool) {
 	switch {
 	case 2*requests >= n:
 		// Most of a backlog is connection requests: a SYN flood.
-		s.shed.syns.start(s.clock.now())
+		s.shed.syns.start()
 	case 2*strays >= n && s.shed.strays.turn != nil && !s.shed.strays.on:
 		// Most of it is bare segments for no connection: an ACK flood.
 		if now := s.clock.now(); s.owner.allowed.engage(s.owner, now) {
-			s.shed.strays.start(now)
+			s.shed.strays.start()
 		}
 	}
 }

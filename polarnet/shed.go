@@ -31,22 +31,25 @@ import (
 // complete, and the flood must find the cookies engaged as it would on
 // Linux. While such a backlog holds connection requests for the most part,
 // a link that can drop them before its ring (link.SYNShedder: TAP's filter
-// program) is told to, for a hold that doubles while the flood is still
-// there when it ends. While it holds stray segments (bare, for no
-// connection) for the most part, a link that can drop those of flows it
-// has not been told of (link.StrayShedder) is told of the stack's
-// connections (allowedFlows), then to shed, the same way.
+// program) is told to, and keeps on for another hold each time it dropped
+// a flood's worth in the last (floodPerHold): the flood is seen going on
+// without being let into the ring to look. While it holds stray segments
+// (bare, for no connection) for the most part, a link that can drop those
+// of flows it has not been told of (link.StrayShedder) is told of the
+// stack's connections (allowedFlows), then to shed, the same way.
 
 const (
 	// backlogBursts full bursts in a row, 1,024 frames (a common ring
 	// size), show the poller behind its queue rather than descheduled for a
 	// moment.
 	backlogBursts = 32
-	// shedHoldMin and shedHoldMax bound how long the link sheds before the
-	// shard turns it off to see whether the flood has ended: each look lets
-	// the flood fill the ring once.
-	shedHoldMin = 50 * time.Millisecond
-	shedHoldMax = 2 * time.Second
+	// shedHold is how long the link sheds before the shard reads what it
+	// dropped to see whether the flood goes on.
+	shedHold = 50 * time.Millisecond
+	// floodPerHold is what the link must have dropped in a hold for the
+	// flood to count as going on: a backlog's worth, which let in would
+	// put the poller behind its queue again within the hold.
+	floodPerHold = backlogBursts * rxBurstSize
 	// cookieMemory is how long after the last SYN cookie the shard's
 	// listeners count as answering with cookies.
 	cookieMemory = time.Second
@@ -70,11 +73,11 @@ type shedding struct {
 // the shard keeps it on for.
 type linkShedding struct {
 	turn  func(on bool) error // nil: the queue cannot
+	shed  func() uint64       // what the queue dropped so far
 	clock *shardClock
-	end   tcpip.Timer   // turns it off; nil until it first goes on
-	on    bool          // the link sheds
-	off   int64         // when it last stopped
-	hold  time.Duration // how long it shed last
+	end   tcpip.Timer // ends a hold; nil until it first goes on
+	on    bool        // the link sheds
+	seen  uint64      // shed() when the hold began
 }
 
 // answering reports whether the shard's listeners answer connection
@@ -98,35 +101,31 @@ func (sh *shedding) backlog(n, max int) bool {
 	return sh.full >= backlogBursts
 }
 
-// start turns the link's shedding on at now, a backlog having held what
-// it sheds: for twice the last hold if the flood came back within it after
-// the last look, for shedHoldMin otherwise.
-func (l *linkShedding) start(now int64) {
-	if l.turn == nil || l.on {
+// start turns the link's shedding on, a backlog having held what it sheds.
+func (l *linkShedding) start() {
+	if l.turn == nil || l.on || !l.set(true) {
 		return
 	}
-	if l.hold == 0 || time.Duration(now-l.off) > l.hold {
-		l.hold = shedHoldMin
-	} else {
-		l.hold = min(2*l.hold, shedHoldMax)
-	}
-	if !l.set(true) {
-		return
-	}
-	l.on = true
+	l.on, l.seen = true, l.shed()
 	if l.end == nil {
-		l.end = l.clock.afterFuncExact(l.hold, l.stop)
+		l.end = l.clock.afterFuncExact(shedHold, l.look)
 	} else {
-		l.end.Reset(l.hold)
+		l.end.Reset(shedHold)
 	}
 }
 
-// stop turns the link's shedding off once its hold has passed.
-func (l *linkShedding) stop() {
+// look ends a hold: the link sheds for another if it dropped a flood's
+// worth in this one, and stops otherwise.
+func (l *linkShedding) look() {
+	if n := l.shed(); n-l.seen >= floodPerHold {
+		l.seen = n
+		l.end.Reset(shedHold)
+		return
+	}
 	if l.turn != nil {
 		l.set(false)
 	}
-	l.on, l.off = false, l.clock.now()
+	l.on = false
 }
 
 // set switches the link's shedding, forgetting a link that cannot.
@@ -156,8 +155,9 @@ type allowedFlows struct {
 }
 
 // allowMemory is how long after a shard last began to shed strays new
-// connections are told to the link: longer than a shedding's hold.
-const allowMemory = 5 * shedHoldMax
+// connections are told to the link: while it sheds, and for a while after,
+// should the flood come back.
+const allowMemory = 10 * time.Second
 
 // engage notes at now that a shard is about to shed strays and reports
 // whether the link knows the stack's connections.

@@ -60,6 +60,11 @@ func (q *floodQueue) ShedStrays(on bool) error {
 	return nil
 }
 
+// SYNsShed and StraysShed: the queue drops nothing itself.
+func (q *floodQueue) SYNsShed() uint64 { return 0 }
+
+func (q *floodQueue) StraysShed() uint64 { return 0 }
+
 func (q *floodQueue) AllowFlows(flows []link.Flow) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -10,10 +10,11 @@ import (
 )
 
 // shedSwitch is a link's shedding switch that records what it is told
-// and fails with err.
+// and fails with err, and its count of frames dropped.
 type shedSwitch struct {
-	calls []bool
-	err   error
+	calls   []bool
+	err     error
+	dropped uint64
 }
 
 func (s *shedSwitch) turn(on bool) error {
@@ -21,43 +22,48 @@ func (s *shedSwitch) turn(on bool) error {
 	return s.err
 }
 
+func (s *shedSwitch) count() uint64 { return s.dropped }
+
 // TestShedHold follows link shedding on the shard's clock: a flood turns it
-// on for shedHoldMin; a flood found again within the last hold after it
-// ended turns it on for twice that, up to shedHoldMax; one found later
-// starts over. A link that cannot shed is not asked again.
+// on; at the end of each hold it stays on while the link dropped a flood's
+// worth in the hold, and goes off once it dropped less. A link that cannot
+// shed is not asked again.
 func TestShedHold(t *testing.T) {
 	sw := &shedSwitch{}
-	sh := linkShedding{turn: sw.turn, clock: newShardClock(func() {})}
+	sh := linkShedding{turn: sw.turn, shed: sw.count, clock: newShardClock(func() {})}
 	now := sh.clock.read()
-	at := func(d time.Duration) int64 {
+	at := func(d time.Duration) {
 		sh.clock.freeze(now + int64(d))
 		sh.clock.run(now + int64(d))
-		return now + int64(d)
 	}
 
+	at(0)
+	sh.start()
+	sh.start() // already on: nothing
 	var elapsed time.Duration
-	var holds []time.Duration
-	for range 8 { // the flood still there each time shedding ends
-		sh.start(at(elapsed))
-		sh.start(at(elapsed)) // already on: nothing
-		holds = append(holds, sh.hold)
-		elapsed += sh.hold + time.Millisecond
+	for range 3 {
+		sw.dropped += floodPerHold
+		elapsed += shedHold + time.Millisecond
 		at(elapsed)
-		assert.False(t, sh.on, "after its hold")
+		assert.True(t, sh.on, "the flood goes on at %v", elapsed)
 	}
-	want := []time.Duration{shedHoldMin, 2 * shedHoldMin, 4 * shedHoldMin, 8 * shedHoldMin, 16 * shedHoldMin, 32 * shedHoldMin, shedHoldMax, shedHoldMax}
-	assert.Equal(t, want, holds)
-	assert.Equal(t, []bool{true, false, true, false, true, false, true, false, true, false, true, false, true, false, true, false}, sw.calls)
+	sw.dropped += floodPerHold - 1
+	elapsed += shedHold + time.Millisecond
+	at(elapsed)
+	assert.False(t, sh.on, "the flood has ended")
+	assert.Equal(t, []bool{true, false}, sw.calls)
 
-	elapsed += shedHoldMax + time.Millisecond // a new flood, long after
-	sh.start(at(elapsed))
-	assert.Equal(t, shedHoldMin, sh.hold)
+	sh.start() // a new flood
 	assert.True(t, sh.on)
+	elapsed += shedHold + time.Millisecond
+	at(elapsed)
+	assert.False(t, sh.on, "nothing dropped in its hold")
+	assert.Equal(t, []bool{true, false, true, false}, sw.calls)
 
 	refused := &shedSwitch{err: link.ErrNotSupported}
-	sh = linkShedding{turn: refused.turn, clock: newShardClock(func() {})}
-	sh.start(now)
-	sh.start(now)
+	sh = linkShedding{turn: refused.turn, shed: refused.count, clock: newShardClock(func() {})}
+	sh.start()
+	sh.start()
 	assert.Equal(t, []bool{true}, refused.calls)
 	assert.False(t, sh.on)
 }

@@ -33,8 +33,9 @@
 // link.StrayShedder: while the engine has a queue shed connection requests,
 // or bare segments (ACKs guessing at SYN cookies) of flows it has not
 // allowed, the program drops them for it but one in link.ShedSample
-// (LinkStats counts them in RxShed), so that a flood does not fill the ring
-// the established connections' frames need. The allowed flows are in an
+// (LinkStats counts them in RxShed; SYNsShed and StraysShed by kind), so
+// that a flood does not fill the ring the established connections' frames
+// need. The allowed flows are in an
 // LRU map of 65,536 the link shares among its queues. A device that
 // refuses the program works as before, without it.
 //

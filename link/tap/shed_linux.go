@@ -43,8 +43,9 @@ func keyOf(f link.Flow) flowKey {
 }
 
 // shedder holds the state of the device's filter program: an array of
-// 2×queues counters, queue q's switch at q (shedSYNs and shedStrays bits)
-// and the frames it dropped at queues+q; and the allowed flows.
+// 3×queues counters, queue q's switch at q (shedSYNs and shedStrays bits),
+// the connection requests it dropped at queues+q and the stray segments
+// at 2×queues+q; and the allowed flows.
 type shedder struct {
 	state   *ebpf.Map
 	allowed *ebpf.Map
@@ -60,7 +61,7 @@ func attachShedding(fd int, name string, queues int) (*shedder, error) {
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  8,
-		MaxEntries: uint32(2 * queues),
+		MaxEntries: uint32(3 * queues),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tap: creating the shedding map: %w", err)
@@ -194,17 +195,18 @@ func shedProgram(s *shedder) (*ebpf.Program, error) {
 		asm.Add.Imm(asm.R2, flowOnStack),
 		asm.FnMapLookupElem.Call(),
 		asm.JNE.Imm(asm.R0, 0, "keep"),
+		// A stray's drop counts at 2×queues+queue.
+		asm.Add.Imm(asm.R7, int32(2*s.queues)),
 		asm.Ja.Label("sample"),
 
 		asm.And.Imm(asm.R9, shedSYNs).WithSymbol("request"),
 		asm.JEq.Imm(asm.R9, 0, "keep"),
+		// A connection request's at queues+queue.
+		asm.Add.Imm(asm.R7, int32(s.queues)),
 
 		asm.FnGetPrandomU32.Call().WithSymbol("sample"),
 		asm.And.Imm(asm.R0, link.ShedSample-1),
 		asm.JEq.Imm(asm.R0, 0, "keep"),
-
-		// Count the drop at queues+queue.
-		asm.Add.Imm(asm.R7, int32(s.queues)),
 	)
 	insns = append(insns, lookup...)
 	insns = append(insns,
@@ -256,13 +258,17 @@ func (s *shedder) allow(flows []link.Flow) error {
 	return nil
 }
 
-// dropped returns how many frames the program dropped for queue q.
-func (s *shedder) dropped(q int) uint64 {
-	var v uint64
-	if err := s.state.Lookup(uint32(s.queues+q), &v); err != nil {
-		return 0
+// dropped returns how many frames the program dropped for queue q: what
+// shedding, shedSYNs or shedStrays or both.
+func (s *shedder) dropped(q int, what uint64) uint64 {
+	var n uint64
+	for i, bit := range []uint64{shedSYNs, shedStrays} {
+		var v uint64
+		if what&bit != 0 && s.state.Lookup(uint32((i+1)*s.queues+q), &v) == nil {
+			n += v
+		}
 	}
-	return v
+	return n
 }
 
 // close turns every switch off and lets go of the maps. A persistent
@@ -281,6 +287,19 @@ func (q *queue) ShedSYNs(on bool) error { return q.shed(shedSYNs, on) }
 
 // ShedStrays implements link.StrayShedder.
 func (q *queue) ShedStrays(on bool) error { return q.shed(shedStrays, on) }
+
+// SYNsShed implements link.SYNShedder.
+func (q *queue) SYNsShed() uint64 { return q.dropped(shedSYNs) }
+
+// StraysShed implements link.StrayShedder.
+func (q *queue) StraysShed() uint64 { return q.dropped(shedStrays) }
+
+func (q *queue) dropped(what uint64) uint64 {
+	if s, err := q.shedder(); err == nil {
+		return s.dropped(q.index, what)
+	}
+	return 0
+}
 
 // AllowFlows implements link.StrayShedder.
 func (q *queue) AllowFlows(flows []link.Flow) error {

@@ -164,6 +164,8 @@ func TestShedSYNs(t *testing.T) {
 	passed, got := requests(b.send(frames))
 	assert.Equal(t, others, got, "other segments while shedding")
 	shed := b.assertSampled("connection requests", n, passed)
+	assert.Equal(t, shed, shedder.SYNsShed(), "counted as connection requests")
+	assert.Zero(t, b.q.(link.StrayShedder).StraysShed(), "counted as strays")
 
 	require.NoError(t, shedder.ShedSYNs(false))
 	frames, others = flood(n / 4)
@@ -233,6 +235,8 @@ func TestShedStrays(t *testing.T) {
 	assert.Equal(t, allowed, fromAllowed, "bare ACKs of allowed flows")
 	assert.Equal(t, others, other, "other segments")
 	shed := b.assertSampled("stray ACKs", strays, passed)
+	assert.Equal(t, shed, shedder.StraysShed(), "counted as strays")
+	assert.Zero(t, b.q.(link.SYNShedder).SYNsShed(), "counted as connection requests")
 
 	require.NoError(t, shedder.ShedStrays(false))
 	fromAllowed, passed, other = count(b.send(frames))

@@ -49,7 +49,7 @@ func (l *Link) LinkStats() []link.QueueStats {
 	var shed uint64
 	if l.shed != nil {
 		for q := range l.shed.queues {
-			shed += l.shed.dropped(q)
+			shed += l.shed.dropped(q, shedSYNs|shedStrays)
 		}
 	}
 	return []link.QueueStats{{
