@@ -133,8 +133,12 @@ func (q *sharedQueue) add(shard, n, total int) (spill int) {
 // find returns the queue of the listener that gets segments for dst and
 // port: one bound to dst before one bound to any address.
 func (a *acceptQueues) find(dst tcpip.Address, port uint16) *sharedQueue {
+	list := a.queues.Load()
+	if list == nil {
+		return nil // full before its listener's address was known
+	}
 	var anyAddr *sharedQueue
-	for _, q := range *a.queues.Load() {
+	for _, q := range *list {
 		switch {
 		case q.port != port:
 		case q.addr == dst:

@@ -117,7 +117,7 @@ func (l *linkShedding) start() {
 // look ends a hold: the link sheds for another if it dropped a flood's
 // worth in this one, and stops otherwise.
 func (l *linkShedding) look() {
-	if n := l.shed(); n-l.seen >= floodPerHold {
+	if n := l.shed(); n >= l.seen+floodPerHold {
 		l.seen = n
 		l.end.Reset(shedHold)
 		return
