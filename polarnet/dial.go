@@ -250,9 +250,8 @@ func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip
 		if terr != nil {
 			return false, syscallErr("socket", terr)
 		}
-		le := listenEndpoint{ep: ep, wq: wq, shard: sh}
 		idx := len(l.eps)
-		le.entry = waiter.NewFunctionEntry(waiter.ReadableEvents|waiter.EventHUp, func(m waiter.EventMask) {
+		entry := waiter.NewFunctionEntry(waiter.ReadableEvents|waiter.EventHUp, func(m waiter.EventMask) {
 			// gVisor notifies a listener of exactly ReadableEvents once
 			// for each connection it queues; closing adds EventHUp.
 			if m == waiter.ReadableEvents && l.queue != nil {
@@ -260,8 +259,8 @@ func (s *Stack) listenOnShards(l *TCPListener, laddr netip.AddrPort, proto tcpip
 			}
 			l.notify()
 		})
-		wq.EventRegister(&le.entry)
-		l.eps = append(l.eps, le)
+		wq.EventRegister(&entry)
+		l.eps = append(l.eps, listenEndpoint{ep: ep, wq: wq, entry: &entry, shard: sh})
 		if proto == ipv6.ProtocolNumber {
 			ep.SocketOptions().SetV6Only(!dualStack)
 		}

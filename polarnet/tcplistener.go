@@ -46,7 +46,7 @@ type spilledConn struct {
 type listenEndpoint struct {
 	ep    tcpip.Endpoint
 	wq    *waiter.Queue
-	entry waiter.Entry
+	entry *waiter.Entry // the one registered: unregistering takes its address
 	shard *shard
 }
 
@@ -191,7 +191,7 @@ func (l *TCPListener) Close() error {
 
 func (l *TCPListener) closeEndpoints() {
 	for i := range l.eps {
-		l.eps[i].wq.EventUnregister(&l.eps[i].entry)
+		l.eps[i].wq.EventUnregister(l.eps[i].entry)
 		l.eps[i].ep.Close()
 	}
 	l.eps = nil
