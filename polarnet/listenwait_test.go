@@ -2,26 +2,19 @@ package polarnet
 
 import (
 	"net"
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"gvisor.dev/gvisor/pkg/waiter"
-
-	"github.com/polarnet/polarnet/link/pipe"
 )
 
 // TestListenerCloseUnregisters: once a listener is closed, none of its
 // shards' gVisor listeners notifies it any more. Its entries used to be
 // unregistered by the address of a copy, which left them registered.
 func TestListenerCloseUnregisters(t *testing.T) {
-	la, lb := pipe.New(pipe.Config{Queues: 2})
-	defer lb.Close()
-	st, err := New(Config{Link: la, Addrs: []netip.Prefix{netip.PrefixFrom(remote.Addr(), 24)}})
-	require.NoError(t, err)
-	defer st.Close()
+	st, _ := pipeStack(t, 2)
 	ln, err := st.ListenTCP("tcp", remote, 0, net.KeepAliveConfig{})
 	require.NoError(t, err)
 	var queues []*waiter.Queue

@@ -16,11 +16,7 @@ import (
 // poller delivered: each SYN delivered has been answered by then. The
 // test stands in for the stopped poller.
 func TestSettleWaitsForTheProcessors(t *testing.T) {
-	la, lb := pipe.New(pipe.Config{})
-	defer lb.Close()
-	st, err := New(Config{Link: la, Addrs: []netip.Prefix{netip.PrefixFrom(remote.Addr(), 24)}})
-	require.NoError(t, err)
-	defer st.Close()
+	st, la := pipeStack(t, 1)
 	ln, err := st.ListenTCP("tcp", remote, 0, net.KeepAliveConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
@@ -46,13 +42,22 @@ func TestSettleWaitsForTheProcessors(t *testing.T) {
 
 // Once the stack is closed its processors are gone: settle leaves them be.
 func TestSettleAfterClose(t *testing.T) {
-	la, lb := pipe.New(pipe.Config{})
-	defer lb.Close()
-	st, err := New(Config{Link: la, Addrs: []netip.Prefix{netip.PrefixFrom(remote.Addr(), 24)}})
-	require.NoError(t, err)
+	st, _ := pipeStack(t, 1)
 	require.NoError(t, st.Close())
 	sh := st.shards[0]
 	sh.unsettled = true
 	sh.settle()
 	assert.False(t, sh.unsettled)
+}
+
+// pipeStack returns a stack at remote's address on one end of a pipe of
+// queues queue pairs, and that end; both are closed when the test ends.
+func pipeStack(t *testing.T, queues int) (*Stack, *pipe.Link) {
+	t.Helper()
+	la, lb := pipe.New(pipe.Config{Queues: queues})
+	t.Cleanup(func() { lb.Close() })
+	st, err := New(Config{Link: la, Addrs: []netip.Prefix{netip.PrefixFrom(remote.Addr(), 24)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st, la
 }
