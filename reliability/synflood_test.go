@@ -21,7 +21,8 @@ import (
 )
 
 // floodWindow is how long each flood runs while the established
-// connections' throughput is measured (the unloaded baseline too).
+// connections' throughput is measured; their unloaded rate is measured for
+// half of it just before and just after each flood (logShare).
 const floodWindow = 2 * time.Second
 
 // TestSYNFloodDuringTransfer floods a listener with SYNs from spoofed
@@ -32,10 +33,11 @@ const floodWindow = 2 * time.Second
 // its SYN queue is full, a new connection gets through the absorbable
 // flood, no guessed ACK makes a connection, and the memory a flood leaves
 // behind is bounded (the half-open connections of one backlog, not state
-// per SYN). The streams' throughput under each flood against the unloaded
-// baseline, and how long they took to move again after it, are logged
-// beside the kernel's under the same SYN and ACK floods, not asserted, as
-// are what the TAP device and the stack shed.
+// per SYN). The streams' throughput under each flood against their
+// unloaded rate, and how long they took to move again after it, are logged
+// beside the kernel's under the same SYN and ACK floods from the same
+// flooder process, not asserted, as are what the TAP device and the stack
+// shed.
 //
 // Each flood starts from streams that move, their deadlines renewed: a
 // flood the stack cannot absorb drops most frames of the established
