@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -43,14 +45,27 @@ func keyOf(f link.Flow) flowKey {
 }
 
 // shedder holds the state of the device's filter program: an array of
-// 3×queues counters, queue q's switch at q (shedSYNs and shedStrays bits),
-// the connection requests it dropped at queues+q and the stray segments
-// at 2×queues+q; and the allowed flows.
+// 4×queues counters, queue q's switch at q (shedSYNs and shedStrays bits),
+// the connection requests it dropped at queues+q, the stray segments at
+// 2×queues+q and the frames it let through at 3×queues+q; and the allowed
+// flows. The array is mapped into memory where the kernel allows it, so
+// that a queue's poller reads its count of frames let through without a
+// syscall (arrived).
 type shedder struct {
 	state   *ebpf.Map
 	allowed *ebpf.Map
 	queues  int
+	mem     []byte // state mapped, or nil
 }
+
+// The counters' blocks in the state array.
+const (
+	slotSwitch = iota
+	slotSYNsShed
+	slotStraysShed
+	slotPassed
+	slots
+)
 
 // attachShedding loads the filter program that sheds connection requests
 // and stray segments and installs it on the device behind fd, every switch
@@ -61,7 +76,8 @@ func attachShedding(fd int, name string, queues int) (*shedder, error) {
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  8,
-		MaxEntries: uint32(3 * queues),
+		MaxEntries: uint32(slots * queues),
+		Flags:      unix.BPF_F_MMAPABLE,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tap: creating the shedding map: %w", err)
@@ -78,6 +94,10 @@ func attachShedding(fd int, name string, queues int) (*shedder, error) {
 		return nil, fmt.Errorf("tap: creating the allowed flows map: %w", err)
 	}
 	s := &shedder{state: state, allowed: allowed, queues: queues}
+	// Without the mapping the queues read until EAGAIN, as they did before
+	// the count existed.
+	size := (slots*queues*8 + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+	s.mem, _ = unix.Mmap(state.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	prog, err := shedProgram(s)
 	if err != nil {
 		s.close()
@@ -96,8 +116,8 @@ func attachShedding(fd int, name string, queues int) (*shedder, error) {
 // with shedStrays, so is an ACK without data, SYN, FIN or RST whose flow is
 // not in the allowed map; each but for one in link.ShedSample chosen at
 // random. Everything else passes whole (the program returns the frame's
-// length). The queue is the one the steering program chose
-// (skb->queue_mapping).
+// length) and is counted at 3×queues+queue. The queue is the one the
+// steering program chose (skb->queue_mapping).
 func shedProgram(s *shedder) (*ebpf.Program, error) {
 	const (
 		skbLen        = 0  // offsetof(struct __sk_buff, len)
@@ -196,27 +216,38 @@ func shedProgram(s *shedder) (*ebpf.Program, error) {
 		asm.FnMapLookupElem.Call(),
 		asm.JNE.Imm(asm.R0, 0, "keep"),
 		// A stray's drop counts at 2×queues+queue.
-		asm.Add.Imm(asm.R7, int32(2*s.queues)),
+		asm.Add.Imm(asm.R7, int32(slotStraysShed*s.queues)),
 		asm.Ja.Label("sample"),
 
 		asm.And.Imm(asm.R9, shedSYNs).WithSymbol("request"),
 		asm.JEq.Imm(asm.R9, 0, "keep"),
 		// A connection request's at queues+queue.
-		asm.Add.Imm(asm.R7, int32(s.queues)),
+		asm.Add.Imm(asm.R7, int32(slotSYNsShed*s.queues)),
 
 		asm.FnGetPrandomU32.Call().WithSymbol("sample"),
 		asm.And.Imm(asm.R0, link.ShedSample-1),
 		asm.JEq.Imm(asm.R0, 0, "keep"),
 	)
-	insns = append(insns, lookup...)
+	// count adds one to the counter at the key in R7, then goes on at next.
+	count := func(next string) asm.Instructions {
+		return slices.Concat(lookup, asm.Instructions{
+			asm.JEq.Imm(asm.R0, 0, next),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+		})
+	}
+	insns = append(insns, count("drop")...)
 	insns = append(insns,
-		asm.JEq.Imm(asm.R0, 0, "drop"),
-		asm.Mov.Imm(asm.R1, 1),
-		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("drop"),
 		asm.Return(),
 
-		asm.LoadMem(asm.R0, asm.R6, skbLen, asm.Word).WithSymbol("keep"),
+		// The sample's path has moved the key: load the queue again.
+		asm.LoadMem(asm.R7, asm.R6, skbQueue, asm.Word).WithSymbol("keep"),
+		asm.Add.Imm(asm.R7, int32(slotPassed*s.queues)),
+	)
+	insns = append(insns, count("passed")...)
+	insns = append(insns,
+		asm.LoadMem(asm.R0, asm.R6, skbLen, asm.Word).WithSymbol("passed"),
 		asm.Return(),
 	)
 	return loadSocketFilter("polarnet_shed", "shedding", insns)
@@ -264,19 +295,32 @@ func (s *shedder) dropped(q int, what uint64) uint64 {
 	var n uint64
 	for i, bit := range []uint64{shedSYNs, shedStrays} {
 		var v uint64
-		if what&bit != 0 && s.state.Lookup(uint32((i+1)*s.queues+q), &v) == nil {
+		if what&bit != 0 && s.state.Lookup(uint32((slotSYNsShed+i)*s.queues+q), &v) == nil {
 			n += v
 		}
 	}
 	return n
 }
 
+// arrived returns queue q's count of frames let through, in memory the
+// kernel writes, or nil when the state is not mapped. It stays valid until
+// close.
+func (s *shedder) arrived(q int) *uint64 {
+	if s == nil || s.mem == nil {
+		return nil
+	}
+	return (*uint64)(unsafe.Pointer(&s.mem[(slotPassed*s.queues+q)*8]))
+}
+
 // close turns every switch off and lets go of the maps. A persistent
 // device keeps the program, which reads the maps through its own
-// references.
+// references. The queues must be closed: their pollers read the mapping.
 func (s *shedder) close() {
 	for q := range s.queues {
 		s.state.Update(uint32(q), uint64(0), ebpf.UpdateExist)
+	}
+	if s.mem != nil {
+		unix.Munmap(s.mem)
 	}
 	s.state.Close()
 	s.allowed.Close()
