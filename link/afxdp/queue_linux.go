@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/internal/rawsys"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -423,8 +424,8 @@ func (q *queue) waitReady(fd uintptr) bool {
 	}
 	q.polled = true
 	q.pollFd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	n, err := unix.Poll(q.pollFd[:], 0)
-	return err != nil || (n > 0 && q.pollFd[0].Revents&(unix.POLLIN|unix.POLLERR|unix.POLLHUP) != 0)
+	n, errno := rawsys.PollNow(q.pollFd[:])
+	return errno != 0 || (n > 0 && q.pollFd[0].Revents&(unix.POLLIN|unix.POLLERR|unix.POLLHUP) != 0)
 }
 
 // Interrupt makes a WaitRead in progress, or the next one, return.

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/polarnet/polarnet/internal/rawsys"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -261,22 +262,13 @@ func mapRing(fd int, r *ring, off unix.XDPRingOffset, pgoff int64, n uint32, des
 // kick asks the kernel to process the TX ring. In copy mode that is where
 // frames are sent; in zero-copy mode it wakes the driver.
 func (s *socket) kick() unix.Errno {
-	for {
-		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-		if errno != unix.EINTR {
-			return errno
-		}
-	}
+	_, errno := rawsys.NoWait(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	return errno
 }
 
 // wakeFill asks a zero-copy driver to look at the fill ring again.
 func (s *socket) wakeFill() {
-	for {
-		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-		if errno != unix.EINTR {
-			return
-		}
-	}
+	rawsys.NoWait(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 }
 
 // statistics returns the kernel's counters of the socket.

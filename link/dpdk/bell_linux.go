@@ -3,7 +3,6 @@
 package dpdk
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/polarnet/polarnet/internal/rawsys"
 )
 
 // Values of a doorbell flag.
@@ -32,7 +33,8 @@ type bell struct {
 	path     string // own socket's file, "" when abstract
 	mine     *uint32
 	peer     *uint32
-	peerAddr *unix.SockaddrUnix
+	peerAddr unix.RawSockaddrUnix // for sendto, raw (rawsys)
+	peerLen  uintptr
 }
 
 // openBellFile maps the shared flags file, creating it if needed.
@@ -79,7 +81,8 @@ func newBell(f *bellFile, p memifBellPaths, queue int) (*bell, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}
-	b := &bell{fd: fd, mine: f.flag(p.role, queue), peer: f.flag(p.peer, queue), peerAddr: &unix.SockaddrUnix{Name: peer}}
+	b := &bell{fd: fd, mine: f.flag(p.role, queue), peer: f.flag(p.peer, queue)}
+	b.peerLen = rawUnixAddr(&b.peerAddr, peer)
 	if !strings.HasPrefix(own, "@") {
 		b.path = own
 		os.Remove(own) // a previous run's
@@ -104,16 +107,33 @@ func (b *bell) ring() bool {
 	if !atomic.CompareAndSwapUint32(b.peer, bellAsleep, bellRung) {
 		return false
 	}
-	err := unix.Sendto(b.fd, []byte{1}, unix.MSG_DONTWAIT, b.peerAddr)
+	one := byte(1)
+	_, errno := rawsys.NoWait(unix.SYS_SENDTO, uintptr(b.fd), uintptr(unsafe.Pointer(&one)), 1, unix.MSG_DONTWAIT,
+		uintptr(unsafe.Pointer(&b.peerAddr)), b.peerLen)
 	// A peer without a bell (not polarnet, or gone) is woken by its timer.
-	return err == nil || errors.Is(err, unix.EAGAIN)
+	return errno == 0 || errno == unix.EAGAIN
+}
+
+// rawUnixAddr fills sa with the Unix socket address name ("@" first:
+// abstract) and returns its length.
+func rawUnixAddr(sa *unix.RawSockaddrUnix, name string) uintptr {
+	sa.Family = unix.AF_UNIX
+	for i := range len(name) {
+		sa.Path[i] = int8(name[i])
+	}
+	n := len(name) + 1 // a path's terminating zero
+	if strings.HasPrefix(name, "@") {
+		sa.Path[0] = 0
+		n = len(name)
+	}
+	return unsafe.Offsetof(sa.Path) + uintptr(n)
 }
 
 // drain empties the bell socket.
 func (b *bell) drain() {
 	var buf [64]byte
 	for range 64 {
-		if _, _, err := unix.Recvfrom(b.fd, buf[:], unix.MSG_DONTWAIT); err != nil {
+		if _, errno := rawsys.NoWait(unix.SYS_RECVFROM, uintptr(b.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, 0, 0); errno != 0 {
 			return
 		}
 	}

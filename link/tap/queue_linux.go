@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
+	"github.com/polarnet/polarnet/internal/rawsys"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -292,8 +293,8 @@ func (q *queue) waitReady(fd uintptr) bool {
 			return true
 		}
 		r.pollFd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		n, err := unix.Poll(r.pollFd[:], 0)
-		if n == 0 && err == nil { // on error, let the caller read and find out
+		n, errno := rawsys.PollNow(r.pollFd[:])
+		if n == 0 && errno == 0 { // on error, let the caller read and find out
 			return false
 		}
 	}
@@ -355,12 +356,8 @@ func iovec(b []byte) unix.Iovec {
 }
 
 // iovecSyscall runs readv or writev on a non-blocking descriptor (so it
-// never blocks), retrying when a signal interrupts it.
+// never blocks).
 func iovecSyscall(trap, fd uintptr, iov []unix.Iovec) (int, unix.Errno) {
-	for {
-		n, _, errno := unix.Syscall(trap, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		if errno != unix.EINTR {
-			return int(n), errno
-		}
-	}
+	n, errno := rawsys.NoWait(trap, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)), 0, 0, 0)
+	return int(n), errno
 }
