@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/polarnet/polarnet/internal/frame"
+	"github.com/polarnet/polarnet/internal/rawsys"
 	"github.com/polarnet/polarnet/link"
 )
 
@@ -479,8 +480,8 @@ func (q *queue) prepareWait() (ready bool, err error) {
 			sleep = q.link.cfg.PollIntervalMax
 		}
 		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(sleep))}
-		if err := unix.TimerfdSettime(w.timerFd, 0, &spec, nil); err != nil {
-			return false, q.waitError(os.NewSyscallError("timerfd_settime", err))
+		if _, errno := rawsys.NoWait(unix.SYS_TIMERFD_SETTIME, uintptr(w.timerFd), 0, uintptr(unsafe.Pointer(&spec)), 0, 0, 0); errno != 0 {
+			return false, q.waitError(os.NewSyscallError("timerfd_settime", errno))
 		}
 		w.sleep = min(2*w.sleep, q.link.cfg.PollIntervalMax)
 		q.stats.sleeps.Add(1)
@@ -510,21 +511,20 @@ func (q *queue) finishWait() {
 // whether anything fired.
 func (q *queue) waitReady(fd uintptr) bool {
 	w := &q.wait
-	n, err := unix.EpollWait(int(fd), w.events[:], 0)
-	if err == unix.EINTR {
-		return false
-	}
-	if err != nil {
-		w.err = os.NewSyscallError("epoll_wait", err)
+	// What runs on every sleep is raw (rawsys): none of it waits.
+	r, errno := rawsys.NoWait(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), 0, 0, 0)
+	if errno != 0 {
+		w.err = os.NewSyscallError("epoll_pwait", errno)
 		return true
 	}
+	n := int(r)
 	var b [8]byte
 	for _, ev := range w.events[:n] {
 		switch int(ev.Fd) {
 		case w.kickFd:
-			unix.Read(w.kickFd, b[:])
+			rawsys.NoWait(unix.SYS_READ, uintptr(w.kickFd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
 		case w.timerFd:
-			unix.Read(w.timerFd, b[:])
+			rawsys.NoWait(unix.SYS_READ, uintptr(w.timerFd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
 			w.woke |= wokeTimer
 		case w.intrFd:
 			if w.intrClear {
