@@ -64,8 +64,8 @@ type rxState struct {
 	// this queue's ring, in memory the kernel writes (nil without it); seen
 	// is that count as of what the queue has read. A burst then reads what
 	// is queued without the read that finds the ring empty, and a poll of
-	// an empty queue makes no syscall: on a VM a syscall costs about a
-	// microsecond, and a spinning poller made several per frame.
+	// an empty queue makes no syscall, where a spinning poller made several
+	// per frame (docs/benchmarks.md).
 	arrived *uint64
 	seen    uint64
 	// verify makes the next burst read until the ring is empty and count

@@ -257,7 +257,8 @@ func shedProgram(s *shedder) (*ebpf.Program, error) {
 // its switch.
 func (s *shedder) set(q int, what uint64, on bool) error {
 	var v uint64
-	if err := s.state.Lookup(uint32(q), &v); err != nil {
+	key := uint32(slotSwitch*s.queues + q)
+	if err := s.state.Lookup(key, &v); err != nil {
 		return err
 	}
 	if on {
@@ -265,7 +266,7 @@ func (s *shedder) set(q int, what uint64, on bool) error {
 	} else {
 		v &^= what
 	}
-	return s.state.Update(uint32(q), v, ebpf.UpdateExist)
+	return s.state.Update(key, v, ebpf.UpdateExist)
 }
 
 // allow adds flows to the allowed map.
@@ -317,7 +318,7 @@ func (s *shedder) arrived(q int) *uint64 {
 // references. The queues must be closed: their pollers read the mapping.
 func (s *shedder) close() {
 	for q := range s.queues {
-		s.state.Update(uint32(q), uint64(0), ebpf.UpdateExist)
+		s.state.Update(uint32(slotSwitch*s.queues+q), uint64(0), ebpf.UpdateExist)
 	}
 	if s.mem != nil {
 		unix.Munmap(s.mem)
