@@ -71,14 +71,20 @@ const (
 // and stray segments and installs it on the device behind fd, every switch
 // off. The device keeps its own reference to the program.
 func attachShedding(fd int, name string, queues int) (*shedder, error) {
-	state, err := ebpf.NewMap(&ebpf.MapSpec{
+	spec := &ebpf.MapSpec{
 		Name:       "polarnet_shed",
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  8,
 		MaxEntries: uint32(slots * queues),
 		Flags:      unix.BPF_F_MMAPABLE,
-	})
+	}
+	state, err := ebpf.NewMap(spec)
+	if err != nil {
+		// Kernels before 5.5 map no arrays: shed without the count.
+		spec.Flags = 0
+		state, err = ebpf.NewMap(spec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tap: creating the shedding map: %w", err)
 	}
@@ -96,8 +102,10 @@ func attachShedding(fd int, name string, queues int) (*shedder, error) {
 	s := &shedder{state: state, allowed: allowed, queues: queues}
 	// Without the mapping the queues read until EAGAIN, as they did before
 	// the count existed.
-	size := (slots*queues*8 + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
-	s.mem, _ = unix.Mmap(state.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if spec.Flags != 0 {
+		size := (slots*queues*8 + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+		s.mem, _ = unix.Mmap(state.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	}
 	prog, err := shedProgram(s)
 	if err != nil {
 		s.close()
