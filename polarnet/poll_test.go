@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/link/pipe"
 	"github.com/polarnet/polarnet/polarnet"
 )
@@ -49,3 +50,44 @@ func TestAdaptivePollersNeverHoldEveryP(t *testing.T) {
 		})
 	}
 }
+
+// With one P, a poller whose peer polls (link.PolledPeer) spins, handing
+// the CPU over between its looks, and catches each reply without sleeping;
+// a poller whose link says nothing of its peer sleeps between round trips
+// beside it, as in TestAdaptivePollersNeverHoldEveryP.
+func TestPolledPeerSpinsWithOneP(t *testing.T) {
+	const rounds = 200
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	la, lz := pipe.New(pipe.Config{MTU: 65535})
+	spin := func(c *polarnet.Config) { c.SpinBudget = time.Hour }
+	a := newStack(t, polledPeerLink{la}, addrA, addrA6, spin)
+	z := newStack(t, lz, addrB, addrB6, spin)
+	client, server := connPair(t, a, z, addrB.Addr())
+	go echo4K(server)
+	aBefore, zBefore := a.Stats().Total.PollWakeups, z.Stats().Total.PollWakeups
+	req, resp := make([]byte, 4096), make([]byte, 64)
+	for range rounds {
+		_, err := client.Write(req)
+		require.NoError(t, err)
+		_, err = io.ReadFull(client, resp)
+		require.NoError(t, err)
+	}
+	aWoke, zWoke := a.Stats().Total.PollWakeups-aBefore, z.Stats().Total.PollWakeups-zBefore
+	assert.Less(t, aWoke, uint64(rounds/4), "the poller whose peer polls spins with one P")
+	assert.GreaterOrEqual(t, zWoke, uint64(rounds/2), "the other sleeps")
+}
+
+// polledPeerLink is a link whose queues say their peer polls.
+type polledPeerLink struct{ link.Link }
+
+func (l polledPeerLink) Queues() []link.Queue {
+	var qs []link.Queue
+	for _, q := range l.Link.Queues() {
+		qs = append(qs, polledPeerQueue{q})
+	}
+	return qs
+}
+
+type polledPeerQueue struct{ link.Queue }
+
+func (polledPeerQueue) PeerPolls() bool { return true }

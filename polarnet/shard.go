@@ -34,21 +34,23 @@ const (
 // shard is one queue pair of the link with its own gVisor stack and poller.
 // Shards share nothing on the packet path.
 type shard struct {
-	id      int
-	owner   *Stack
-	stack   *stack.Stack
-	clock   *shardClock
-	queue   link.Queue
-	ep      *nicEndpoint
-	tx      *txQueue
-	stats   shardCounters
-	maxRx   int
-	rxSize  int
-	mode    PollMode
-	spin    time.Duration
-	cpu     int // pinned to this CPU; -1: not pinned
-	rx      []link.RxFrame
-	rxViews []*buffer.View
+	id     int
+	owner  *Stack
+	stack  *stack.Stack
+	clock  *shardClock
+	queue  link.Queue
+	ep     *nicEndpoint
+	tx     *txQueue
+	stats  shardCounters
+	maxRx  int
+	rxSize int
+	mode   PollMode
+	spin   time.Duration
+	// peerPolls: the link's peer polls its rings (link.PolledPeer).
+	peerPolls bool
+	cpu       int // pinned to this CPU; -1: not pinned
+	rx        []link.RxFrame
+	rxViews   []*buffer.View
 	// rxHdrs are the headers of the frames in rx, parsed once a burst by
 	// deliver (rxheaders.go).
 	rxHdrs []rxHeaders
@@ -108,6 +110,9 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 		rxSize: info.RxFrameSize,
 		maxRx:  cfg.MTU + header.EthernetMinimumSize,
 		done:   make(chan struct{}),
+	}
+	if l, ok := q.(link.PolledPeer); ok {
+		s.peerPolls = l.PeerPolls()
 	}
 	if l, ok := q.(link.SYNShedder); ok {
 		s.shed.syns.turn, s.shed.syns.shed = l.ShedSYNs, l.SYNsShed
@@ -274,7 +279,7 @@ func (s *shard) poll() {
 	var idleSince int64 // when the queue went empty; 0: it is not
 	spinning := false   // holds one of adaptiveSpinners' slots
 	defer adaptiveSpinners.leave(&spinning)
-	limit := spinLimit()
+	limit, yieldCPU := spinLimit(s.peerPolls)
 	budget := s.spin // grows and shrinks with the sleeps (nextSpin)
 	for !s.stopped.Load() {
 		n, err := s.queue.ReadBurst(s.rx)
@@ -341,6 +346,10 @@ func (s *shard) poll() {
 			}
 			if spinning && time.Duration(now-idleSince) < budget {
 				gvsync.Goyield()
+				if yieldCPU {
+					// One P: the peer may be waiting for our CPU.
+					handOver()
+				}
 				continue
 			}
 		}
@@ -350,7 +359,7 @@ func (s *shard) poll() {
 		}
 		budget = nextSpin(budget, s.spin, time.Duration(s.clock.read()-now))
 		idleSince = 0
-		limit = spinLimit()
+		limit, yieldCPU = spinLimit(s.peerPolls)
 	}
 }
 

@@ -14,9 +14,10 @@ import (
 // to run, or from sysmon every 10ms: with one P, a spinning poller makes
 // every kernel socket event wait out the spin budget, and a peer process
 // sharing the CPU waits for it too (figures: docs/benchmarks.md). So at
-// most GOMAXPROCS-1 pollers spin, none with one P; the others sleep as
-// soon as their queue is empty, as PollBlocking pollers do. PollBusy
-// pollers spin regardless: they were asked to.
+// most GOMAXPROCS-1 pollers spin, none with one P unless its peer polls
+// (spinLimit); the others sleep as soon as their queue is empty, as
+// PollBlocking pollers do. PollBusy pollers spin regardless: they were
+// asked to.
 type spinSlots struct {
 	used atomic.Int32
 }
@@ -26,8 +27,18 @@ type spinSlots struct {
 var adaptiveSpinners spinSlots
 
 // spinLimit is how many pollers may spin at once under the current
-// GOMAXPROCS, which can change while a poller runs.
-func spinLimit() int32 { return int32(runtime.GOMAXPROCS(0) - 1) }
+// GOMAXPROCS, which can change while a poller runs, and whether a spinning
+// poller gives the CPU to other threads between its looks (handOver). With
+// one P a poller whose peer polls (link.PolledPeer) may spin: it hands the
+// CPU over, so that a peer process on the same CPU runs, and nothing else
+// in the process waits longer than for any spin.
+func spinLimit(peerPolls bool) (limit int32, yieldCPU bool) {
+	n := int32(runtime.GOMAXPROCS(0))
+	if n == 1 && peerPolls && canHandOver {
+		return 1, true
+	}
+	return n - 1, false
+}
 
 // claim takes a slot if fewer than limit are taken, and sets *held if so.
 func (s *spinSlots) claim(limit int32, held *bool) {

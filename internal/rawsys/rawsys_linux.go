@@ -36,3 +36,7 @@ func PollNow(fds []unix.PollFd) (int, unix.Errno) {
 	n, errno := NoWait(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
 	return int(n), errno
 }
+
+// Yield gives the CPU to another runnable thread, if any (sched_yield),
+// keeping the P.
+func Yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -170,6 +170,7 @@ func TestTooFewQueues(t *testing.T) {
 	assert.False(t, l.Setup().Steering, "af_packet spreads with kernel fanout, which the link cannot predict")
 	_, steers := l.(link.Steerer)
 	assert.False(t, steers)
+	assert.False(t, l.Queues()[0].(link.PolledPeer).PeerPolls(), "the kernel behind af_packet does not poll")
 }
 
 // TestIsolateUnsupported: isolated mode on a PMD without rte_flow is a

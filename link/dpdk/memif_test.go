@@ -19,6 +19,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/testenv"
 	"github.com/polarnet/polarnet/internal/xfer"
+	"github.com/polarnet/polarnet/link"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -111,6 +112,7 @@ func TestMemifWaitUp(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	assert.True(t, l.Status().Up, "New waited for the link")
 	waitUp(t, srv)
+	assert.True(t, l.Queues()[0].(link.PolledPeer).PeerPolls(), "a memif peer polls")
 }
 
 // TestMemifCloseBothEnds closes the two ends of connected net_memif links

@@ -102,7 +102,10 @@ func (c *queueCounters) snapshot() QueueStats {
 	}
 }
 
-var _ link.Queue = (*queue)(nil)
+var (
+	_ link.Queue      = (*queue)(nil)
+	_ link.PolledPeer = (*queue)(nil)
+)
 
 // newQueue sets up queue pair idx of the started port l; with intr, it
 // waits with the PMD's receive interrupts if it has them.
@@ -549,6 +552,11 @@ func (q *queue) waitError(err error) error {
 	}
 	return fmt.Errorf("dpdk: %s: waiting on queue %d: %w", q.link.info.Name, q.idx, err)
 }
+
+// PeerPolls reports that a net_memif queue's peer polls the shared rings
+// (link.PolledPeer): a memif end is a process on this host, polarnet's or
+// a poll-mode switch's.
+func (q *queue) PeerPolls() bool { return q.link.setup.Driver == "net_memif" }
 
 // Interrupt makes a WaitRead in progress, or the next one, return.
 func (q *queue) Interrupt() {
