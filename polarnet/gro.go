@@ -57,15 +57,12 @@ func (g *rxGRO) enqueue(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuff
 	g.gro.Enqueue(pkt)
 }
 
-// markLone sets lone[i] for each frame of a burst, whose headers are
-// hs[i], that is the only one of its TCP flow in the burst: GRO has nothing
+// markLone sets lone[i] for each frame of a burst, whose TCP flow hashes to
+// keys[i], that is the only one of its flow in the burst: GRO has nothing
 // to merge it with, and the poller delivers it directly: going through GRO
 // for nothing costs CPU (docs/benchmarks.md). Frames that are not TCP, or
-// not well formed, are never lone. keys is scratch space.
-func markLone(hs []rxHeaders, keys []uint64, lone []bool) {
-	for i := range hs {
-		keys[i] = tcpFlowHash(&hs[i])
-	}
+// not well formed (key 0), are never lone.
+func markLone(keys []uint64, lone []bool) {
 	for i, key := range keys {
 		lone[i] = key != 0
 		for j, other := range keys {

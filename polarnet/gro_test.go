@@ -356,19 +356,23 @@ func BenchmarkGROOverhead(b *testing.B) {
 	})
 }
 
+// rxFrame is the Ethernet frame of s as a link receives it, with room to
+// spare in its buffer.
+func (s groSeg) rxFrame() link.RxFrame {
+	proto, pkt := s.frame()
+	defer pkt.DecRef()
+	eth := make([]byte, header.EthernetMinimumSize)
+	header.Ethernet(eth).Encode(&header.EthernetFields{Type: proto})
+	buf := pkt.Data().ToBuffer()
+	defer buf.Release()
+	frame := append(eth, buf.Flatten()...)
+	return link.RxFrame{Buf: append(frame, make([]byte, 64)...), Len: len(frame)}
+}
+
 // TestMarkLone: a frame goes around GRO only when no other frame of its TCP
 // flow is in the burst; what is not TCP never does.
 func TestMarkLone(t *testing.T) {
-	rxFrame := func(s groSeg) link.RxFrame {
-		proto, pkt := s.frame()
-		defer pkt.DecRef()
-		eth := make([]byte, header.EthernetMinimumSize)
-		header.Ethernet(eth).Encode(&header.EthernetFields{Type: proto})
-		buf := pkt.Data().ToBuffer()
-		defer buf.Release()
-		frame := append(eth, buf.Flatten()...)
-		return link.RxFrame{Buf: append(frame, make([]byte, 64)...), Len: len(frame)}
-	}
+	rxFrame := groSeg.rxFrame
 	ack := header.TCPFlagAck
 	burst := []link.RxFrame{
 		rxFrame(groSeg{port: 1, seq: 1, flags: ack, payload: []byte("a")}),           // flow 1, again below
@@ -379,11 +383,44 @@ func TestMarkLone(t *testing.T) {
 		{Buf: make([]byte, 10), Len: 10}, // shorter than an Ethernet header
 		{Buf: make([]byte, 10), Len: 99}, // longer than its buffer
 	}
-	hs := make([]rxHeaders, len(burst))
-	for i := range burst {
-		hs[i].parseFrame(&burst[i])
-	}
 	keys, lone := make([]uint64, len(burst)), make([]bool, len(burst))
-	markLone(hs, keys, lone)
+	for i := range burst {
+		var h rxHeaders
+		h.parseFrame(&burst[i])
+		keys[i] = tcpFlowHash(&h)
+	}
+	markLone(keys, lone)
 	assert.Equal(t, []bool{false, true, false, true, false, false, false}, lone)
+}
+
+// TestParseBurstOneFlow: a burst is one flow's, and what it wakes stays on
+// the poller's P, when every frame is a segment of one connection; another
+// connection, a frame that is not TCP or one too short to parse makes it
+// several.
+func TestParseBurstOneFlow(t *testing.T) {
+	ack := header.TCPFlagAck
+	seg := func(port uint16, seq uint32, data string) link.RxFrame {
+		return groSeg{port: port, seq: seq, flags: ack, payload: []byte(data)}.rxFrame()
+	}
+	udp := groSeg{port: 1, seq: 1, flags: ack, payload: []byte("u"), udp: true}.rxFrame()
+	short := link.RxFrame{Buf: make([]byte, 10), Len: 10}
+	for _, tc := range []struct {
+		name  string
+		burst []link.RxFrame
+		want  bool
+	}{
+		{"one segment", []link.RxFrame{seg(1, 1, "a")}, true},
+		{"one connection's segments and ACK", []link.RxFrame{seg(1, 1, "a"), seg(1, 2, "b"), seg(1, 3, "")}, true},
+		{"two connections", []link.RxFrame{seg(1, 1, "a"), seg(2, 1, "b")}, false},
+		{"a UDP datagram", []link.RxFrame{seg(1, 1, "a"), udp}, false},
+		{"a frame too short", []link.RxFrame{seg(1, 1, "a"), short}, false},
+		{"UDP alone", []link.RxFrame{udp}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(tc.burst)
+			s := &shard{rx: tc.burst, rxHdrs: make([]rxHeaders, n), flowKeys: make([]uint64, n)}
+			assert.Equal(t, tc.want, s.parseBurst(n))
+			assert.Equal(t, uint64(n), s.stats.rxFrames.Load())
+		})
+	}
 }

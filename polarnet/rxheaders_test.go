@@ -185,8 +185,9 @@ func TestRxHeadersAllocateNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		for i := range frames {
 			hs[i].parseFrame(&frames[i])
+			keys[i] = tcpFlowHash(&hs[i])
 		}
-		markLone(hs, keys, lone)
+		markLone(keys, lone)
 		for i := range hs {
 			h := &hs[i]
 			verifyTransportChecksum(h)

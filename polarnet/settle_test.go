@@ -33,6 +33,7 @@ func TestSettleWaitsForTheProcessors(t *testing.T) {
 		})
 		sh.rx[0].Len, sh.rx[0].ChecksumValid = copy(sh.rx[0].Buf, syn), true
 		before := sent.Value()
+		sh.parseBurst(1)
 		sh.deliver(1, false)
 		sh.unsettled = true
 		sh.settle()

@@ -55,7 +55,8 @@ type shard struct {
 	// deliver (rxheaders.go).
 	rxHdrs []rxHeaders
 	gro    *rxGRO // gro.go; nil when Config.DisableGRO
-	// flowKeys and lone are markLone's (gro.go) per-burst scratch and result.
+	// flowKeys are the TCP flows of a burst's frames (parseBurst), lone
+	// which of them are alone in it (markLone, gro.go).
 	flowKeys []uint64
 	lone     []bool
 	done     chan struct{}
@@ -293,13 +294,16 @@ func (s *shard) poll() {
 		// (settle). A tail-loss probe they send is held back until the
 		// burst is delivered (probehold.go).
 		s.clock.run(now)
-		// What one frame (or none) wakes, a TCP processor or the peer's
-		// poller, runs next on this P when we yield or sleep below: no
-		// idle P is woken for it. Otherwise the woken P takes over the
-		// next hop of a one-connection round trip every few round trips,
-		// and each move costs cache misses (docs/benchmarks.md). Larger
-		// bursts wake idle Ps as usual, to spread the work they bring.
-		local := n <= 1
+		// What a burst of one flow (or none) wakes, a TCP processor or
+		// the peer's poller, runs next on this P when we yield or sleep
+		// below: no idle P is woken for it. Otherwise the woken P takes
+		// over the next hop of a one-connection round trip every few
+		// round trips, each move costing cache misses, and its thread
+		// waits for a vCPU that spinning pollers hold (docs/benchmarks.md).
+		// Bursts of several flows wake idle Ps as usual, to spread the
+		// work they bring.
+		oneFlow := n > 0 && s.parseBurst(n)
+		local := n <= 1 || oneFlow
 		if local {
 			keepWakeupsLocal()
 		}
@@ -422,23 +426,33 @@ func (s *shard) sleep() bool {
 	return !s.stopped.Load()
 }
 
+// parseBurst parses the headers of a burst's n frames, in rx, once for
+// every check that follows, and hashes their TCP flows (flowKeys). It
+// reports whether the frames are all segments of one flow.
+func (s *shard) parseBurst(n int) (oneFlow bool) {
+	// One atomic add per burst, not per frame, for what every frame counts.
+	var bytes uint64
+	oneFlow = true
+	for i := range n {
+		bytes += uint64(s.rx[i].Len)
+		h := &s.rxHdrs[i]
+		h.parseFrame(&s.rx[i])
+		s.flowKeys[i] = tcpFlowHash(h)
+		oneFlow = oneFlow && s.flowKeys[i] != 0 && s.flowKeys[i] == s.flowKeys[0]
+	}
+	s.stats.rxFrames.Add(uint64(n))
+	s.stats.rxBytes.Add(bytes)
+	return oneFlow
+}
+
 // deliver passes the n frames of a burst, in rx, to the stack or to the
-// shards that own them. Each frame's headers are parsed once, up front, and
-// every check reads them from there. backlog: the link queue holds more
+// shards that own them, from the headers parseBurst parsed. backlog: the link queue holds more
 // than the poller keeps up with; from a backlog that looks like a flood,
 // bare segments for no connection are shed (shed.go).
 func (s *shard) deliver(n int, backlog bool) {
 	sharded := len(s.owner.shards) > 1
-	// One atomic add per burst, not per frame, for what every frame counts.
-	var bytes uint64
-	for i := range n {
-		bytes += uint64(s.rx[i].Len)
-		s.rxHdrs[i].parseFrame(&s.rx[i])
-	}
-	s.stats.rxFrames.Add(uint64(n))
-	s.stats.rxBytes.Add(bytes)
 	if s.gro != nil {
-		markLone(s.rxHdrs[:n], s.flowKeys[:n], s.lone[:n])
+		markLone(s.flowKeys[:n], s.lone[:n])
 	}
 	// Shed only from a backlog that looks like a flood: bare segments for
 	// the most part (shed.go).
