@@ -34,25 +34,23 @@ const (
 // shard is one queue pair of the link with its own gVisor stack and poller.
 // Shards share nothing on the packet path.
 type shard struct {
-	id     int
-	owner  *Stack
-	stack  *stack.Stack
-	clock  *shardClock
-	queue  link.Queue
-	ep     *nicEndpoint
-	tx     *txQueue
-	stats  shardCounters
-	maxRx  int
-	rxSize int
-	mode   PollMode
-	spin   time.Duration
-	// peerPolls: the link's peer polls its rings (link.PolledPeer).
-	peerPolls bool
-	cpu       int // pinned to this CPU; -1: not pinned
-	rx        []link.RxFrame
-	rxViews   []*buffer.View
+	id      int
+	owner   *Stack
+	stack   *stack.Stack
+	clock   *shardClock
+	queue   link.Queue
+	ep      *nicEndpoint
+	tx      *txQueue
+	stats   shardCounters
+	maxRx   int
+	rxSize  int
+	mode    PollMode
+	spin    time.Duration
+	cpu     int // pinned to this CPU; -1: not pinned
+	rx      []link.RxFrame
+	rxViews []*buffer.View
 	// rxHdrs are the headers of the frames in rx, parsed once a burst by
-	// deliver (rxheaders.go).
+	// parseBurst (rxheaders.go).
 	rxHdrs []rxHeaders
 	gro    *rxGRO // gro.go; nil when Config.DisableGRO
 	// flowKeys are the TCP flows of a burst's frames (parseBurst), lone
@@ -69,6 +67,8 @@ type shard struct {
 	// conns counts open connections, for choosing the least loaded shard.
 	conns atomic.Int64
 	shed  shedding // shed.go
+	// peerPolls: the link's peer polls its rings (link.PolledPeer).
+	peerPolls bool
 	// unsettled: frames were delivered since the last settle; the
 	// poller's alone.
 	unsettled bool
