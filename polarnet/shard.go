@@ -446,9 +446,10 @@ func (s *shard) parseBurst(n int) (oneFlow bool) {
 }
 
 // deliver passes the n frames of a burst, in rx, to the stack or to the
-// shards that own them, from the headers parseBurst parsed. backlog: the link queue holds more
-// than the poller keeps up with; from a backlog that looks like a flood,
-// bare segments for no connection are shed (shed.go).
+// shards that own them, reading the headers parseBurst parsed. backlog:
+// the link queue holds more than the poller keeps up with; from a backlog
+// that looks like a flood, bare segments for no connection are shed
+// (shed.go).
 func (s *shard) deliver(n int, backlog bool) {
 	sharded := len(s.owner.shards) > 1
 	if s.gro != nil {
