@@ -99,6 +99,7 @@ var (
 	Handoffs = counter("polarnet_handoff_frames_total", "Software steering: frames passed to the owning shard (direction out), copies of neighbour information given to every shard (shared), frames taken from other shards (in).", "direction")
 	ACKFilt  = counter("polarnet_ack_filtered_total", "Pure ACKs the ACK filter dropped because a later segment of the flow carried them.")
 	ACKHeld  = counter("polarnet_ack_held_total", "Pure ACKs the ACK filter held back for a segment to carry them.")
+	ACKSuper = counter("polarnet_rx_acks_superseded_total", "Received pure ACKs dropped because a later segment of the flow in the same burst carried them.")
 	Wakeups  = counter("polarnet_poll_wakeups_total", "Times the poller slept and woke.")
 	PollErrs = counter("polarnet_poll_errors_total", "Failed RX bursts and waits.")
 	Retrans  = counter("polarnet_tcp_retransmits_total", "TCP segments retransmitted on the wire.")
@@ -138,7 +139,7 @@ var (
 // Collect reports them.
 func Engine() []*Desc {
 	return []*Desc{
-		LinkInfo, TCPConns, KernelConns, RxFrames, RxBytes, TxFrames, TxBytes, TxBursts, Drops, Handoffs, ACKFilt, ACKHeld,
+		LinkInfo, TCPConns, KernelConns, RxFrames, RxBytes, TxFrames, TxBytes, TxBursts, Drops, Handoffs, ACKFilt, ACKHeld, ACKSuper,
 		Wakeups, PollErrs, Retrans, Withheld, RTOs, Recovers, TxBatch, TxQueued, HoQueued, PollIter, PollBusy,
 		PollTime, LogsSupp, LinkRxFrames, LinkRxBytes, LinkTxFrames, LinkTxBytes, PoolSize, PoolFree,
 		PoolFreeMin,
@@ -199,6 +200,7 @@ func CollectStats(stats polarnet.Stats, fn func(Sample)) {
 		emit(Handoffs, float64(s.HandoffIn), with("in")...)
 		emit(ACKFilt, float64(s.ACKFiltered), l...)
 		emit(ACKHeld, float64(s.ACKHeld), l...)
+		emit(ACKSuper, float64(s.RxSuperseded), l...)
 		emit(Wakeups, float64(s.PollWakeups), l...)
 		emit(PollErrs, float64(s.PollErrors), l...)
 		emit(Retrans, float64(s.Retransmits), l...)

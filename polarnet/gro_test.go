@@ -52,12 +52,14 @@ func newTestGRO(t *testing.T) (*rxGRO, *recordingDispatcher, *atomic.Uint64) {
 type groSeg struct {
 	port    uint16 // the flow: the sender's port
 	seq     uint32
+	ack     uint32 // acknowledged past the peer's first sequence number
 	flags   header.TCPFlags
 	window  uint16
 	payload []byte
 	trailer int // bytes after the IP packet, as Ethernet padding
 	v6      bool
 	udp     bool // the IPv4 header says UDP (the rest is still a TCP header)
+	sack    bool // a SACK block follows the timestamp option
 }
 
 var (
@@ -71,10 +73,13 @@ var (
 // kernel's and gVisor's do.
 func (s groSeg) frame() (tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {
 	opts := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionTS, 10, 0, 0, 0, 7, 0, 0, 0, 9}
+	if s.sack {
+		opts = append(opts, header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, 10, 0, 0, 0, 9, 0, 0, 0, 10)
+	}
 	tcpLen := header.TCPMinimumSize + len(opts)
 	tcpHdr := make([]byte, tcpLen)
 	header.TCP(tcpHdr).Encode(&header.TCPFields{
-		SrcPort: s.port, DstPort: 80, SeqNum: s.seq, AckNum: 1,
+		SrcPort: s.port, DstPort: 80, SeqNum: s.seq, AckNum: 1 + s.ack,
 		DataOffset: uint8(tcpLen), Flags: s.flags, WindowSize: s.window,
 	})
 	copy(tcpHdr[header.TCPMinimumSize:], opts)

@@ -60,6 +60,11 @@ type shard struct {
 	done     chan struct{}
 	stopped  atomic.Bool
 
+	// superseded marks a burst's pure ACKs that a later segment of their
+	// flow carries (rxack.go); verified, the frames whose checksum that
+	// check verified.
+	superseded, verified []bool
+
 	// in holds one ring per other shard for frames steered here in
 	// software; woken lists the shards this burst handed frames to.
 	in    []*handoffRing
@@ -83,7 +88,7 @@ type shardCounters struct {
 	rxFrames, rxBytes                  atomic.Uint64
 	rxBadFrame, rxOversize, rxChecksum atomic.Uint64
 	rxNoDispatcher, rxMartian          atomic.Uint64
-	rxShed                             atomic.Uint64
+	rxShed, rxSuperseded               atomic.Uint64
 	handoffOut, handoffIn, handoffDrop atomic.Uint64
 	shareOut                           atomic.Uint64
 	txFrames, txBytes, txBursts        atomic.Uint64
@@ -160,6 +165,7 @@ func newShard(st *Stack, id int, q link.Queue) (*shard, error) {
 	s.rxViews = make([]*buffer.View, rxBurstSize)
 	s.rxHdrs = make([]rxHeaders, rxBurstSize)
 	s.flowKeys, s.lone = make([]uint64, rxBurstSize), make([]bool, rxBurstSize)
+	s.superseded, s.verified = make([]bool, rxBurstSize), make([]bool, rxBurstSize)
 	for i := range s.rx {
 		s.refill(i)
 	}
@@ -452,6 +458,12 @@ func (s *shard) parseBurst(n int) (oneFlow bool) {
 // (shed.go).
 func (s *shard) deliver(n int, backlog bool) {
 	sharded := len(s.owner.shards) > 1
+	supersededACKs(s.rxHdrs[:n], s.flowKeys[:n], s.superseded[:n], s.deliverable)
+	for i, gone := range s.superseded[:n] {
+		if gone {
+			s.flowKeys[i] = 0 // no partner in GRO for the frames of its flow
+		}
+	}
 	if s.gro != nil {
 		markLone(s.flowKeys[:n], s.lone[:n])
 	}
@@ -462,6 +474,12 @@ func (s *shard) deliver(n int, backlog bool) {
 	shedRequests := s.shed.answering(s.clock.now()) && suspect
 	for i := range n {
 		f := &s.rx[i]
+		verified := s.verified[i]
+		s.verified[i] = false
+		if s.superseded[i] {
+			s.stats.rxSuperseded.Add(1)
+			continue
+		}
 		length := f.Len
 		switch {
 		case length < header.EthernetMinimumSize || length > len(f.Buf):
@@ -472,7 +490,7 @@ func (s *shard) deliver(n int, backlog bool) {
 			continue
 		}
 		h := &s.rxHdrs[i]
-		if !f.ChecksumValid && !verifyTransportChecksum(h) {
+		if !f.ChecksumValid && !verified && !verifyTransportChecksum(h) {
 			s.stats.rxChecksum.Add(1)
 			continue
 		}
@@ -546,6 +564,21 @@ func (s *shard) deliver(n int, backlog bool) {
 			s.shed.strays.start()
 		}
 	}
+}
+
+// deliverable reports whether deliver will hand frame j of the burst on, as
+// far as its length and checksum go; a checksum verified here is not
+// verified again.
+func (s *shard) deliverable(j int) bool {
+	f := &s.rx[j]
+	if f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf) || f.Len > s.maxRx {
+		return false
+	}
+	if f.ChecksumValid || s.verified[j] {
+		return true
+	}
+	s.verified[j] = verifyTransportChecksum(&s.rxHdrs[j])
+	return s.verified[j]
 }
 
 // shardOf returns the shard dst (owner's answer), whose flows are the

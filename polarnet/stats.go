@@ -40,6 +40,10 @@ type ShardStats struct {
 	// connections' frames go first. What the link dropped for it is
 	// QueueStats.RxShed.
 	RxShed uint64
+	// RxSuperseded counts pure ACKs dropped on arrival because the next
+	// segment of their flow in the same burst carried what they said
+	// (more acknowledged, or as much with data; a window no smaller).
+	RxSuperseded uint64
 	// HandoffOut counts frames of flows this shard received for another
 	// shard and passed on (software steering); with a link that steers it
 	// stays 0. SharedOut counts copies of neighbour replies and router
@@ -79,6 +83,7 @@ func (c *shardCounters) snapshot() ShardStats {
 		RxNoDispatcher: c.rxNoDispatcher.Load(),
 		RxMartian:      c.rxMartian.Load(),
 		RxShed:         c.rxShed.Load(),
+		RxSuperseded:   c.rxSuperseded.Load(),
 		HandoffOut:     c.handoffOut.Load(),
 		SharedOut:      c.shareOut.Load(),
 		HandoffIn:      c.handoffIn.Load(),
@@ -105,6 +110,7 @@ func (a *ShardStats) add(b ShardStats) {
 	a.RxNoDispatcher += b.RxNoDispatcher
 	a.RxMartian += b.RxMartian
 	a.RxShed += b.RxShed
+	a.RxSuperseded += b.RxSuperseded
 	a.HandoffOut += b.HandoffOut
 	a.SharedOut += b.SharedOut
 	a.HandoffIn += b.HandoffIn
