@@ -151,3 +151,22 @@ func TestConnsByPath(t *testing.T) {
 	assert.EqualValues(t, 1, snap.KernelDials)
 	assert.EqualValues(t, 1, snap.KernelAccepts)
 }
+
+// Every family Collect reports is one Engine or Protocol lists: exporters
+// describe the families from those lists, and one left out broke the
+// Prometheus output of every shard after it.
+func TestCollectedFamiliesListed(t *testing.T) {
+	la, lb := pipe.New(pipe.Config{Queues: 2})
+	t.Cleanup(func() { lb.Close() })
+	st := newStack(t, la, "198.18.0.1/24")
+	listed := map[*metrics.Desc]bool{}
+	for _, d := range append(metrics.Engine(), metrics.Protocol()...) {
+		listed[d] = true
+	}
+	seen := map[string]bool{}
+	metrics.Collect(st, func(s metrics.Sample) {
+		seen[s.Desc.Name] = true
+		assert.True(t, listed[s.Desc], "%s is collected but neither Engine nor Protocol lists it", s.Desc.Name)
+	})
+	assert.NotEmpty(t, seen)
+}
