@@ -56,21 +56,27 @@ func TestSnakeNames(t *testing.T) {
 	}
 }
 
+// expvarRuns names each run's variable: expvar publishes a name once per
+// process, and -count runs the test again in the same one.
+var expvarRuns int
+
 func TestExpvarPublishes(t *testing.T) {
+	expvarRuns++
+	name := "polarnet_test_stack_" + strconv.Itoa(expvarRuns)
 	la, lb := pipe.New(pipe.Config{})
 	a := newStack(t, la, "198.18.0.1/24")
 	newStack(t, lb, "198.18.0.2/24")
-	require.NoError(t, metrics.PublishExpvar("polarnet_test_stack", a))
-	require.Error(t, metrics.PublishExpvar("polarnet_test_stack", a), "a name is published once")
+	require.NoError(t, metrics.PublishExpvar(name, a))
+	require.Error(t, metrics.PublishExpvar(name, a), "a name is published once")
 
 	var snap metrics.ExpvarSnapshot
-	require.NoError(t, json.Unmarshal([]byte(expvar.Get("polarnet_test_stack").String()), &snap))
+	require.NoError(t, json.Unmarshal([]byte(expvar.Get(name).String()), &snap))
 	assert.Equal(t, la.Info().Name, snap.Link)
 	require.Len(t, snap.Shards, 1)
 	assert.Contains(t, snap.TCPIP, "TCP.Retransmits")
 	assert.Contains(t, snap.TCPIP, "IP.PacketsReceived")
 	// The JSON carries the embedded counters flat.
-	raw := expvar.Get("polarnet_test_stack").String()
+	raw := expvar.Get(name).String()
 	for _, f := range []string{`"RxFrames"`, `"PollLatency"`, `"TxBatch"`, `"BusyRatio"`, `"StackChecksum"`} {
 		assert.Contains(t, raw, f)
 	}
