@@ -22,14 +22,20 @@ import (
 // supersededACKs sets drop[i] for each frame of a burst, whose headers are
 // hdrs[i] and whose TCP flow hashes to keys[i], that is such a pure ACK; the
 // frame after it of its flow must pass valid (its length and checksum), as
-// the drop counts on its delivery.
+// the drop counts on its delivery. A frame read as the one after an ACK is
+// not read again when its own turn comes (a run of ACKs reads each once).
 func supersededACKs(hdrs []rxHeaders, keys []uint64, drop []bool, valid func(j int) bool) {
+	var next segment // the frame at nextAt, read
+	nextAt := -1
 	for i := range hdrs {
 		drop[i] = false
 		if keys[i] == 0 {
 			continue
 		}
-		a := rxSegment(&hdrs[i])
+		a := next
+		if nextAt != i {
+			a = rxSegment(&hdrs[i])
+		}
 		if !a.pureACK() {
 			continue
 		}
@@ -37,8 +43,8 @@ func supersededACKs(hdrs []rxHeaders, keys []uint64, drop []bool, valid func(j i
 			if keys[j] != keys[i] {
 				continue
 			}
-			b := rxSegment(&hdrs[j])
-			drop[i] = supersedes(&b, &a) && (a.ack.LessThan(b.ack) || b.payload > 0) && valid(j)
+			next, nextAt = rxSegment(&hdrs[j]), j
+			drop[i] = supersedes(&next, &a) && (a.ack.LessThan(next.ack) || next.payload > 0) && valid(j)
 			break
 		}
 	}

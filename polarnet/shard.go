@@ -481,12 +481,8 @@ func (s *shard) deliver(n int, backlog bool) {
 			continue
 		}
 		length := f.Len
-		switch {
-		case length < header.EthernetMinimumSize || length > len(f.Buf):
-			s.stats.rxBadFrame.Add(1)
-			continue
-		case length > s.maxRx:
-			s.stats.rxOversize.Add(1)
+		if bad := s.badLength(f); bad != nil {
+			bad.Add(1)
 			continue
 		}
 		h := &s.rxHdrs[i]
@@ -571,7 +567,7 @@ func (s *shard) deliver(n int, backlog bool) {
 // verified again.
 func (s *shard) deliverable(j int) bool {
 	f := &s.rx[j]
-	if f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf) || f.Len > s.maxRx {
+	if s.badLength(f) != nil {
 		return false
 	}
 	if f.ChecksumValid || s.verified[j] {
@@ -579,6 +575,19 @@ func (s *shard) deliverable(j int) bool {
 	}
 	s.verified[j] = verifyTransportChecksum(&s.rxHdrs[j])
 	return s.verified[j]
+}
+
+// badLength returns the counter of what is wrong with f's length: too short
+// for an Ethernet header or longer than its buffer (rxBadFrame), longer
+// than the MTU allows (rxOversize); nil when nothing is.
+func (s *shard) badLength(f *link.RxFrame) *atomic.Uint64 {
+	switch {
+	case f.Len < header.EthernetMinimumSize || f.Len > len(f.Buf):
+		return &s.stats.rxBadFrame
+	case f.Len > s.maxRx:
+		return &s.stats.rxOversize
+	}
+	return nil
 }
 
 // shardOf returns the shard dst (owner's answer), whose flows are the
