@@ -291,25 +291,38 @@ func (l *Link) Stats() []QueueStats {
 var _ link.Statser = (*Link)(nil)
 
 // LinkStats implements link.Statser with each queue's Stats in the
-// engine's terms: the kernel's RX ring full and fill ring empty are
-// RxRingFull and RxNoBuffers; frames dropped for their size or an invalid
-// descriptor (the link's or the kernel's count) are RxBadFrame; TX
-// descriptors the kernel found invalid are TxDropped. Bytes and the UMEM
-// (which the fill ring, not a pool, hands out) are not counted.
+// engine's terms (engineStats).
 func (l *Link) LinkStats() []link.QueueStats {
 	out := make([]link.QueueStats, len(l.queues))
 	for i, st := range l.Stats() {
-		out[i] = link.QueueStats{
-			Queue:       i,
-			RxFrames:    st.RxFrames,
-			TxFrames:    st.TxFrames,
-			RxRingFull:  st.KernelRxRingFull,
-			RxNoBuffers: st.KernelFillEmpty,
-			RxBadFrame:  st.RxOversize + st.RxInvalid + st.KernelRxDropped + st.KernelRxInvalid,
-			TxDropped:   st.KernelTxInvalid,
-		}
+		out[i] = engineStats(i, st, l.zc)
 	}
 	return out
+}
+
+// engineStats puts queue i's Stats in the engine's terms: the kernel's RX
+// ring full and fill ring empty are RxRingFull and RxNoBuffers; frames
+// dropped for their size or an invalid descriptor (the link's or the
+// kernel's count) are RxBadFrame; TX descriptors the kernel found invalid
+// are TxDropped. In copy mode the kernel counts a frame it had no fill
+// buffer for in rx_dropped too, so those are taken out of RxBadFrame; in
+// zero-copy mode the driver, not the socket, meets the empty fill ring.
+// Bytes and the UMEM (which the fill ring, not a pool, hands out) are not
+// counted.
+func engineStats(i int, st QueueStats, zeroCopy bool) link.QueueStats {
+	kernelBad := st.KernelRxDropped
+	if !zeroCopy {
+		kernelBad -= min(kernelBad, st.KernelFillEmpty)
+	}
+	return link.QueueStats{
+		Queue:       i,
+		RxFrames:    st.RxFrames,
+		TxFrames:    st.TxFrames,
+		RxRingFull:  st.KernelRxRingFull,
+		RxNoBuffers: st.KernelFillEmpty,
+		RxBadFrame:  st.RxOversize + st.RxInvalid + kernelBad + st.KernelRxInvalid,
+		TxDropped:   st.KernelTxInvalid,
+	}
 }
 
 // String describes how the link runs, e.g. "veth0: native, copy, 1 queue,
