@@ -16,6 +16,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/rrbench"
 	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/linktest"
 	"github.com/polarnet/polarnet/polarnet"
 )
 
@@ -176,21 +177,7 @@ func BenchmarkWriteBurst(b *testing.B) {
 			copy(frame, v.peerMAC)
 			copy(frame[6:], l.Info().MAC)
 			frame[12], frame[13] = 0x88, 0xb5
-			burst := make([]link.TxFrame, 64)
-			for i := range burst {
-				burst[i].Segs = [][]byte{frame}
-			}
-			q := l.Queues()[0]
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-			for sent := 0; sent < b.N; {
-				n, err := q.WriteBurst(burst[:min(len(burst), b.N-sent)])
-				if err != nil {
-					b.Fatal(err)
-				}
-				sent += n
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
+			linktest.BenchWriteBurst(b, l.Queues()[0], frame)
 		})
 	}
 }

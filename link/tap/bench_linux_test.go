@@ -13,6 +13,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/netns"
 	"github.com/polarnet/polarnet/link"
+	"github.com/polarnet/polarnet/link/linktest"
 )
 
 // benchSizes are the frame lengths the benchmarks use.
@@ -131,21 +132,7 @@ func BenchmarkWriteBurst(b *testing.B) {
 			frame := make([]byte, size)
 			copy(frame[6:], l.Info().MAC)
 			frame[12], frame[13] = 0x88, 0xb5
-			burst := make([]link.TxFrame, 64)
-			for i := range burst {
-				burst[i].Segs = [][]byte{frame}
-			}
-			q := l.Queues()[0]
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-			for sent := 0; sent < b.N; {
-				n, err := q.WriteBurst(burst[:min(len(burst), b.N-sent)])
-				if err != nil {
-					b.Fatal(err)
-				}
-				sent += n
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
+			linktest.BenchWriteBurst(b, l.Queues()[0], frame)
 		})
 	}
 }
