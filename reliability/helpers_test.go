@@ -123,6 +123,9 @@ func (e *env) accept(t *testing.T, ln *polarnet.TCPListener) (*net.TCPConn, *pol
 	s, err := ln.AcceptTCP()
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
+	// Another connection first in the accept queue (a guessed SYN cookie's)
+	// would never send the byte: say so rather than wait out the deadline.
+	require.Equal(t, k.LocalAddr().String(), s.RemoteAddr().String(), "the connection accepted is the one dialed")
 	deadline(ioBound, s)
 	_, err = io.ReadFull(s, make([]byte, 1))
 	require.NoError(t, err)

@@ -114,9 +114,8 @@ func TestSYNFloodDuringTransfer(t *testing.T) {
 			require.NoError(t, floodErr)
 			if tc.flags == frame.FlagACK {
 				// Had a guessed cookie made a connection, it would be first
-				// in the accept queue.
-				k, s := e.accept(t, ln)
-				assert.Equal(t, k.LocalAddr().String(), s.RemoteAddr().String(), "the connection accepted after the flood is the kernel's")
+				// in the accept queue, and accept would fail on it.
+				e.accept(t, ln)
 			}
 			assert.Less(t, retained, int64(heapBound), "heap left behind by the flood")
 			t.Logf("%d %ss at %.0f/s; the TAP shed %d, the stack received %d frames and shed %d, its defence engaged %d times; heap %s before, peak in use %s, %s retained",
