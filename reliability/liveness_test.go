@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/polarnet/polarnet/internal/kpeer"
+	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
@@ -200,13 +201,15 @@ func TestLiveness(t *testing.T) {
 
 // liveRun makes two stacks for row and one connection between them, and
 // moves data in pattern p. It returns the pattern's error, with both
-// stacks' counters.
+// stacks' counters; it leaves no goroutine or fd behind.
 func liveRun(t *testing.T, row liveRow, p livePattern, data []byte, seed uint64) error {
 	la, lb := pipe.New(pipe.Config{MTU: row.mtu, Queues: row.queues})
 	var a, b link.Link = la, lb
 	if row.imp != (impair.Impairment{}) {
 		a, b = impair.New(la, impair.Symmetric(row.imp, seed)), impair.New(lb, impair.Config{})
 	}
+	leaks := leakcheck.Take()
+	defer leaks.Check(t)
 	var open closers
 	defer open.close()
 	client, server, sa, sb := livePair(t, &open, a, b)
@@ -247,14 +250,16 @@ func livePair(t *testing.T, open *closers, la, lb link.Link) (client, server *po
 	return client, server, sa, sb
 }
 
-// closers closes what was added to it, last first.
+// closers closes what was added to it, last first. Its methods take a
+// pointer so that `defer open.close()` closes what is added after the
+// defer statement, not the nothing there was when it ran.
 type closers []io.Closer
 
 func (c *closers) add(x io.Closer) { *c = append(*c, x) }
 
-func (c closers) close() {
-	for i := len(c) - 1; i >= 0; i-- {
-		c[i].Close()
+func (c *closers) close() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i].Close()
 	}
 }
 
