@@ -3,7 +3,6 @@ package polarnet_test
 import (
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,34 +24,29 @@ type fuzzTarget struct {
 	server *polarnet.TCPConn
 }
 
-var (
-	fuzzOnce sync.Once
-	fuzzT    fuzzTarget
-)
-
-func fuzzSetup(t testing.TB) *fuzzTarget {
-	fuzzOnce.Do(func() {
-		// Two queues: a shard for live traffic, one fed raw bytes.
-		la, raw := pipe.New(pipe.Config{Queues: 2})
-		s, err := polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA, addrA6}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := s.ListenTCP("tcp", netip.AddrPortFrom(addrA.Addr(), 7), 0, net.KeepAliveConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The live conn dials the stack's own address (HandleLocal), so it
-		// keeps state that fuzzed segments for port 7 can reach.
-		accepted := make(chan *polarnet.TCPConn, 1)
-		go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
-		c, err := s.DialTCP(t.Context(), "tcp", netip.AddrPort{}, netip.AddrPortFrom(addrA.Addr(), 7))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fuzzT = fuzzTarget{stack: s, raw: raw.Queues()[1], mac: tcpip.LinkAddress(la.Info().MAC), client: c, server: <-accepted}
-	})
-	return &fuzzT
+// newFuzzTarget makes the target FuzzFrame's inputs share, closed when f
+// ends (in a fuzzing worker, the body of FuzzFrame runs once per process).
+func newFuzzTarget(f *testing.F) *fuzzTarget {
+	// Two queues: a shard for live traffic, one fed raw bytes.
+	la, raw := pipe.New(pipe.Config{Queues: 2})
+	s, err := polarnet.New(polarnet.Config{Link: la, Addrs: []netip.Prefix{addrA, addrA6}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	ln, err := s.ListenTCP("tcp", netip.AddrPortFrom(addrA.Addr(), 7), 0, net.KeepAliveConfig{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	// The live conn dials the stack's own address (HandleLocal), so it
+	// keeps state that fuzzed segments for port 7 can reach.
+	accepted := make(chan *polarnet.TCPConn, 1)
+	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
+	c, err := s.DialTCP(f.Context(), "tcp", netip.AddrPort{}, netip.AddrPortFrom(addrA.Addr(), 7))
+	if err != nil {
+		f.Fatal(err)
+	}
+	return &fuzzTarget{stack: s, raw: raw.Queues()[1], mac: tcpip.LinkAddress(la.Info().MAC), client: c, server: <-accepted}
 }
 
 // FuzzFrame delivers arbitrary bytes as the IP packet of a frame to a
@@ -68,8 +62,8 @@ func FuzzFrame(f *testing.F) {
 	f.Add(uint16(header.IPv4ProtocolNumber), tcp)
 	f.Add(uint16(header.IPv6ProtocolNumber), []byte{0x60, 0, 0, 0, 0, 8, 17, 64})
 	f.Add(uint16(header.ARPProtocolNumber), make([]byte, 28))
+	ft := newFuzzTarget(f)
 	f.Fuzz(func(t *testing.T, ethType uint16, pkt []byte) {
-		ft := fuzzSetup(t)
 		frame := make([]byte, header.EthernetMinimumSize+len(pkt))
 		header.Ethernet(frame).Encode(&header.EthernetFields{DstAddr: ft.mac, SrcAddr: "\x02\x00\x00\x00\x00\x09", Type: tcpip.NetworkProtocolNumber(ethType)})
 		copy(frame[header.EthernetMinimumSize:], pkt)

@@ -3,6 +3,8 @@
 package leakcheck
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -29,17 +31,43 @@ func Take() Snapshot {
 // get that long to finish.
 func (s Snapshot) Check(t testing.TB) {
 	t.Helper()
+	if err := s.settle(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Main runs a package's tests (m.Run) and returns their exit code, or 1 if
+// they passed but left goroutines or fds behind between them: a leak no
+// single test checks for, which every later test would run beside. A
+// package's TestMain calls os.Exit(leakcheck.Main(m)). A fuzzing run
+// (-test.fuzz) is not checked: its coordinator keeps a signal handler.
+func Main(m *testing.M) int {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return m.Run()
+	}
+	s := Take()
+	code := m.Run()
+	if err := s.settle(); code == 0 && err != nil {
+		fmt.Fprintf(os.Stderr, "leakcheck: the package's tests %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// settle waits a few seconds for the counts to come back to the snapshot's
+// and describes what is left if they do not.
+func (s Snapshot) settle() error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		g, f := runtime.NumGoroutine(), countFDs()
 		if g <= s.goroutines && f <= s.fds {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)
 			n := runtime.Stack(buf, true)
-			t.Errorf("leak: %d goroutines (was %d), %d fds (was %d)\n%s", g, s.goroutines, f, s.fds, interesting(string(buf[:n])))
-			return
+			return fmt.Errorf("leak: %d goroutines (was %d), %d fds (was %d)\n%s", g, s.goroutines, f, s.fds, interesting(string(buf[:n])))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
