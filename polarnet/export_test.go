@@ -27,6 +27,11 @@ const (
 	BacklogBursts = backlogBursts
 )
 
+// Settled reports whether gVisor's TCP processors of st's first shard have
+// handled every frame its poller delivered (shard.settle); only the poller
+// may call it, from its link's ReadBurst.
+func Settled(st *Stack) bool { return !st.shards[0].unsettled }
+
 // CongestionControl is the algorithm c's endpoint uses.
 func CongestionControl(c *TCPConn) string {
 	var cc tcpip.CongestionControlOption

@@ -314,13 +314,20 @@ func (s *shard) poll() {
 			keepWakeupsLocal()
 		}
 		backlog := s.shed.backlog(n, len(s.rx))
-		if n > 0 {
-			s.deliver(n, backlog)
-		}
+		flood := n > 0 && s.deliver(n, backlog)
 		n += s.receiveHandoffs()
 		s.unsettled = s.unsettled || n > 0
 		if s.gro != nil {
 			s.gro.flush()
+		}
+		if flood {
+			// gVisor queues a connection's bare segments without bound
+			// (tcp's segmentQueue admits any segment without data), so a
+			// flood of them on a connection a TCP processor falls behind
+			// would grow the heap for as long as it lasts. Until the
+			// processors have handled this burst the flood waits in the
+			// link's ring, which drops what it cannot hold.
+			s.settle()
 		}
 		s.tx.flush()
 		if local {
@@ -455,8 +462,8 @@ func (s *shard) parseBurst(n int) (oneFlow bool) {
 // shards that own them, reading the headers parseBurst parsed. backlog:
 // the link queue holds more than the poller keeps up with; from a backlog
 // that looks like a flood, bare segments for no connection are shed
-// (shed.go).
-func (s *shard) deliver(n int, backlog bool) {
+// (shed.go). It reports whether the burst was such a flood's.
+func (s *shard) deliver(n int, backlog bool) (flood bool) {
 	sharded := len(s.owner.shards) > 1
 	supersededACKs(s.rxHdrs[:n], s.flowKeys[:n], s.superseded[:n], s.deliverable)
 	for i, gone := range s.superseded[:n] {
@@ -560,6 +567,7 @@ func (s *shard) deliver(n int, backlog bool) {
 			s.shed.strays.start()
 		}
 	}
+	return suspect
 }
 
 // deliverable reports whether deliver will hand frame j of the burst on, as

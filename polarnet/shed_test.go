@@ -23,8 +23,11 @@ import (
 // is told to shed and allow (link.SYNShedder, link.StrayShedder).
 type floodQueue struct {
 	link.Queue
-	mu      sync.Mutex
-	bursts  [][][]byte
+	mu     sync.Mutex
+	bursts [][][]byte
+	// onBurst, if set, runs on the poller before each queued burst is
+	// handed out.
+	onBurst func()
 	shed    []bool
 	strays  []bool
 	allowed []link.Flow
@@ -38,7 +41,11 @@ func (q *floodQueue) ReadBurst(frames []link.RxFrame) (int, error) {
 	}
 	b := q.bursts[0]
 	q.bursts = q.bursts[1:]
+	onBurst := q.onBurst
 	q.mu.Unlock()
+	if onBurst != nil {
+		onBurst()
+	}
 	for i, f := range b {
 		frames[i].Len = copy(frames[i].Buf, f)
 		frames[i].ChecksumValid = true
@@ -221,6 +228,52 @@ func TestShedUnderBacklog(t *testing.T) {
 			assert.NoError(t, xfer.Exchange(c, s, 64<<10), "the connection after the flood")
 		})
 	}
+}
+
+// TestFloodOnConnectionWaitsForProcessors floods an established connection
+// with full bursts of bare ACKs (outside its window), which the stack
+// cannot shed: gVisor would queue them for the connection's TCP processor
+// without bound. Once the bursts show a backlog, the poller reads the next
+// burst only after the processors have handled the last, and the
+// connection moves data byte for byte afterwards.
+func TestFloodOnConnectionWaitsForProcessors(t *testing.T) {
+	p := newFloodPair(t)
+	fq, la, lb, server, c, s := p.fq, p.la, p.lb, p.server, p.c, p.s
+	ack := frame.TCPFrame(frame.TCPSpec{
+		SrcMAC: la.Info().MAC, DstMAC: lb.Info().MAC,
+		Src: c.LocalAddr().(*net.TCPAddr).AddrPort(), Dst: s.LocalAddr().(*net.TCPAddr).AddrPort(),
+		Seq: 1 << 31, Ack: 1, Flags: frame.FlagACK, Window: 65535,
+	})
+	bursts := 2 * polarnet.BacklogBursts
+	var queued [][][]byte
+	for range bursts {
+		queued = append(queued, slices.Repeat([][]byte{ack}, polarnet.RxBurstSize))
+	}
+	var settled []bool // before each burst, whether the last was handled
+	done := make(chan struct{})
+	fq.mu.Lock()
+	fq.onBurst = func() {
+		settled = append(settled, polarnet.Settled(server))
+		if len(settled) == bursts {
+			close(done)
+		}
+	}
+	fq.mu.Unlock()
+	fq.flood(queued)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		require.Fail(t, "the poller did not read the flood")
+	}
+	fq.mu.Lock()
+	fq.onBurst = nil
+	fq.mu.Unlock()
+	// The burst that makes BacklogBursts full ones in a row is the first
+	// the poller settles after.
+	for i := polarnet.BacklogBursts; i < bursts; i++ {
+		assert.True(t, settled[i], "burst %d read before the processors handled burst %d", i, i-1)
+	}
+	assert.NoError(t, xfer.Exchange(c, s, 64<<10), "the connection after the flood")
 }
 
 // TestShedStraysTellsConnections floods a stack with full bursts of ACKs
