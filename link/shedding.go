@@ -24,10 +24,14 @@ type SYNShedder interface {
 	SYNsShed() uint64
 }
 
-// ShedSample is the share of connection requests a shedding queue lets
-// through: one in ShedSample, a power of two (TAP's program masks a random
-// number with it).
-const ShedSample = 32
+// ShedSample is the share of connection requests (or stray segments) a
+// shedding queue lets through: one in ShedSample, a power of two (TAP's
+// program masks a random number with it). Each one let through costs the
+// poller gVisor's handling and mostly an answer's write, where a kernel
+// handles a flood in the sender's context; one in 128 keeps what the flood
+// takes from the established connections no more than what a kernel's
+// flood takes from its own (docs/benchmarks.md, floods).
+const ShedSample = 128
 
 // StrayShedder is implemented by queues that can drop, before their ring,
 // stray segments: bare TCP segments (an ACK without data, SYN, FIN or RST)

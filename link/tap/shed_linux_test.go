@@ -156,9 +156,10 @@ func TestShedSYNs(t *testing.T) {
 		return frames, others
 	}
 
-	// 1,024 requests all shed would be a 2^-46 chance; while shedding
-	// they fit in the device's ring, which holds 1,000 frames.
-	const n = 1024
+	// 4,096 requests all shed would be a 2^-46 chance; while shedding
+	// they fit in the device's ring, which holds 1,000 frames, and so do
+	// the 256 sent while not shedding.
+	const n, unshed = 4096, 256
 	frames, others := flood(n)
 	require.NoError(t, shedder.ShedSYNs(true))
 	passed, got := requests(b.send(frames))
@@ -168,10 +169,10 @@ func TestShedSYNs(t *testing.T) {
 	assert.Zero(t, b.q.(link.StrayShedder).StraysShed(), "counted as strays")
 
 	require.NoError(t, shedder.ShedSYNs(false))
-	frames, others = flood(n / 4)
+	frames, others = flood(unshed)
 	passed, got = requests(b.send(frames))
 	assert.Equal(t, others, got, "other segments")
-	assert.Equal(t, n/4, passed, "connection requests")
+	assert.Equal(t, unshed, passed, "connection requests")
 	assert.Equal(t, shed, b.shed(), "shed once off")
 
 	require.NoError(t, b.l.Close())
@@ -229,17 +230,24 @@ func TestShedStrays(t *testing.T) {
 		return fromAllowed, fromStrays, other
 	}
 
+	// Sent rounds times while shedding, the strays all shed would be a
+	// 2^-43 chance.
+	const rounds = 6
 	require.NoError(t, shedder.AllowFlows(flows))
 	require.NoError(t, shedder.ShedStrays(true))
-	fromAllowed, passed, other := count(b.send(frames))
-	assert.Equal(t, allowed, fromAllowed, "bare ACKs of allowed flows")
-	assert.Equal(t, others, other, "other segments")
-	shed := b.assertSampled("stray ACKs", strays, passed)
+	passed := 0
+	for range rounds {
+		fromAllowed, fromStrays, other := count(b.send(frames))
+		assert.Equal(t, allowed, fromAllowed, "bare ACKs of allowed flows")
+		assert.Equal(t, others, other, "other segments")
+		passed += fromStrays
+	}
+	shed := b.assertSampled("stray ACKs", rounds*strays, passed)
 	assert.Equal(t, shed, shedder.StraysShed(), "counted as strays")
 	assert.Zero(t, b.q.(link.SYNShedder).SYNsShed(), "counted as connection requests")
 
 	require.NoError(t, shedder.ShedStrays(false))
-	fromAllowed, passed, other = count(b.send(frames))
+	fromAllowed, passed, other := count(b.send(frames))
 	assert.Equal(t, []int{allowed, strays, others}, []int{fromAllowed, passed, other}, "not shedding")
 	assert.Equal(t, shed, b.shed(), "shed once off")
 
