@@ -18,6 +18,7 @@ import (
 
 	"github.com/polarnet/polarnet/internal/frame"
 	"github.com/polarnet/polarnet/internal/kpeer"
+	"github.com/polarnet/polarnet/internal/leakcheck"
 	"github.com/polarnet/polarnet/internal/taptopo"
 	"github.com/polarnet/polarnet/internal/xfer"
 	"github.com/polarnet/polarnet/link"
@@ -100,6 +101,30 @@ func (e *env) raw(t *testing.T) *linktest.PacketSocketLink {
 	}))
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// stallReport logs, unless the returned stop is called within after, where
+// the env's frames stopped while a stall lasts: the stack's and its link's
+// counters twice a second apart, the kernel side's device counters and
+// sockets, and the goroutines. stop waits for a report under way.
+func (e *env) stallReport(t *testing.T, after time.Duration) (stop func()) {
+	done := make(chan struct{})
+	timer := time.AfterFunc(after, func() {
+		defer close(done)
+		t.Logf("still running after %v; the stack's counters: %+v", after, e.Stack.Stats())
+		time.Sleep(time.Second)
+		t.Logf("a second later: %+v", e.Stack.Stats())
+		for _, args := range [][]string{{"ip", "-s", "link", "show", "dev", e.Device}, {"ss", "-tinm"}} {
+			out, err := e.NS.Exec(args...)
+			t.Logf("%v (%v):\n%s", args, err, out)
+		}
+		t.Logf("goroutines:\n%s", leakcheck.Stacks())
+	})
+	return func() {
+		if !timer.Stop() {
+			<-done
+		}
+	}
 }
 
 // forge builds a TCP frame from the forger on the kernel side's link to

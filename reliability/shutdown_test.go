@@ -72,8 +72,15 @@ func trafficEnv(t *testing.T, n int) (*env, *traffic) {
 	leaks := leakcheck.Take()
 	t.Cleanup(func() { leaks.Check(t) })
 	e := newEnv(t, taptopo.Options{Queues: 2})
-	return e, startTraffic(t, e, n)
+	tr := startTraffic(t, e, n)
+	t.Cleanup(e.stallReport(t, stallAfter))
+	return e, tr
 }
+
+// stallAfter is how long a test of this file runs before it reports what
+// its stack is doing: it takes well under a second unless the traffic
+// stalls, which fails it only at ioBound.
+const stallAfter = 20 * time.Second
 
 // resetWait bounds how long the kernel's ends of the connections a stack
 // resets may take to see the reset: it is on the wire at once, or never.

@@ -65,9 +65,7 @@ func (s Snapshot) settle() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			n := runtime.Stack(buf, true)
-			return fmt.Errorf("leak: %d goroutines (was %d), %d fds (was %d)\n%s", g, s.goroutines, f, s.fds, interesting(string(buf[:n])))
+			return fmt.Errorf("leak: %d goroutines (was %d), %d fds (was %d)\n%s", g, s.goroutines, f, s.fds, Stacks())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -79,6 +77,14 @@ func countFDs() int {
 		return 0
 	}
 	return len(ents)
+}
+
+// Stacks returns the stacks of the process's goroutines, but for those
+// every test binary has.
+func Stacks() string {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	return interesting(string(buf[:n]))
 }
 
 // interesting drops the goroutines every test binary has.
